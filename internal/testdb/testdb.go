@@ -1,0 +1,237 @@
+// Package testdb gives each test its own real PostgreSQL database, migrated
+// with River's tables and the 256-partition ff_* schema.
+//
+// Creating 7 tables × 256 partitions takes seconds, so the schema is built
+// once into a template database (named after the DDL's fingerprint, so a DDL
+// change rebuilds it) and each test clones it with CREATE DATABASE … TEMPLATE,
+// which takes a fraction of that. Databases are dropped when the test ends.
+//
+// The server is TEST_DATABASE_URL, else DATABASE_URL, else
+// postgres://postgres@127.0.0.1:5432/postgres.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffreconcile/migrations"
+)
+
+// RiverSchema is the schema River's tables live in inside test databases.
+const RiverSchema = "river"
+
+// AdminURL is the URL of the server's maintenance database used to create
+// and drop test databases.
+func AdminURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres"
+}
+
+// WithDatabase returns base with its database name replaced by name.
+func WithDatabase(base, name string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme == "" {
+		// Key/value DSN: a later dbname overrides an earlier one.
+		return base + " dbname=" + name, nil
+	}
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// DB is one test database.
+type DB struct {
+	Name string
+	URL  string
+	Pool *pgxpool.Pool
+}
+
+// New creates a fresh database for t, migrated with River (schema
+// RiverSchema) and the ff_* tables, and drops it when t ends.
+func New(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	if templateErr != nil {
+		t.Fatalf("testdb: build template database: %v", templateErr)
+	}
+
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
+	}
+	defer admin.Close(ctx)
+
+	name := "ffr_t_" + randomSuffix()
+	// The template has no open connections (ensureTemplate closes its own), so
+	// many tests may clone it at once.
+	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
+		pgx.Identifier{name}.Sanitize(), pgx.Identifier{templateName}.Sanitize())); err != nil {
+		t.Fatalf("testdb: create database %s: %v", name, err)
+	}
+	dbURL, err := WithDatabase(AdminURL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("testdb: open pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		dropDatabase(name)
+	})
+	return &DB{Name: name, URL: dbURL, Pool: pool}
+}
+
+// NewEmpty creates a database with nothing in it (no River, no ff tables)
+// and drops it when t ends.
+func NewEmpty(t testing.TB) *DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
+	}
+	defer admin.Close(ctx)
+	name := "ffr_t_" + randomSuffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("testdb: create database %s: %v", name, err)
+	}
+	dbURL, err := WithDatabase(AdminURL(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("testdb: open pool: %v", err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		dropDatabase(name)
+	})
+	return &DB{Name: name, URL: dbURL, Pool: pool}
+}
+
+func dropDatabase(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		return
+	}
+	defer admin.Close(ctx)
+	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+}
+
+// ensureTemplate builds the template database once per server and DDL
+// version. Test binaries of several packages run in parallel, so the build
+// is serialised with an advisory lock and published by a rename only when
+// complete.
+func ensureTemplate(ctx context.Context) (string, error) {
+	name := "ffr_tmpl_" + migrations.Fingerprint()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		return "", fmt.Errorf("connect to %s: %w", redactedAdmin(), err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(hashtext('ffreconcile.testdb.template'))`); err != nil {
+		return "", err
+	}
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext('ffreconcile.testdb.template'))`) //nolint:errcheck
+
+	var exists bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+
+	// Templates of older DDL versions and half-built ones are of no further use.
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'ffr\_tmpl\_%'`)
+	if err != nil {
+		return "", err
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	for _, s := range stale {
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return "", err
+		}
+	}
+
+	building := name + "_building"
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{building}.Sanitize()); err != nil {
+		return "", err
+	}
+	buildURL, err := WithDatabase(AdminURL(), building)
+	if err != nil {
+		return "", err
+	}
+	if err := migrateInto(ctx, buildURL); err != nil {
+		return "", err
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s",
+		pgx.Identifier{building}.Sanitize(), pgx.Identifier{name}.Sanitize())); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func migrateInto(ctx context.Context, dbURL string) error {
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.ApplyRiver(ctx, pool, RiverSchema, nil); err != nil {
+		return err
+	}
+	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
+		return err
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func redactedAdmin() string {
+	u, err := url.Parse(AdminURL())
+	if err != nil || u.User == nil {
+		return "the test database server"
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

@@ -1,0 +1,84 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// requiredColumns lists, per table, every column the worker reads or writes.
+// Check compares it with the live catalog so a worker started against a
+// database FlowFabric has not (fully) migrated fails at start, naming what is
+// missing, instead of failing row by row later.
+var requiredColumns = map[string][]string{
+	"ff_exec_core": {"partition_key", "execution_id", "flow_id", "lifecycle_phase", "ownership_state",
+		"eligibility_state", "public_state", "attempt_state", "cancellation_reason", "cancelled_by",
+		"terminal_at_ms", "deadline_at_ms", "raw_fields"},
+	"ff_attempt":               {"partition_key", "execution_id", "attempt_index", "lease_expires_at_ms", "outcome"},
+	"ff_suspension_current":    {"partition_key", "execution_id", "timeout_at_ms", "member_map", "timeout_behavior"},
+	"ff_edge_group":            {"partition_key", "flow_id", "downstream_eid", "cancel_siblings_pending_flag", "cancel_siblings_pending_members"},
+	"ff_pending_cancel_groups": {"partition_key", "flow_id", "downstream_eid", "enqueued_at_ms"},
+	"ff_completion_event": {"partition_key", "event_id", "execution_id", "flow_id", "outcome", "namespace",
+		"instance_tag", "occurred_at_ms"},
+	"ff_lease_event": {"event_id", "execution_id", "lease_id", "event_type", "occurred_at_ms", "partition_key",
+		"namespace", "instance_tag"},
+}
+
+// Check verifies that every ff_* table and column the worker needs exists
+// (looked up through the connection's search_path). The error names every
+// missing table and column in one message.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	rows, err := pool.Query(ctx, `
+		SELECT c.relname, a.attname
+		  FROM pg_class c
+		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		 WHERE c.relname = ANY($1) AND pg_table_is_visible(c.oid) AND c.relkind IN ('r', 'p')`,
+		FFTableNames())
+	if err != nil {
+		return fmt.Errorf("read catalog: %w", err)
+	}
+	have := map[string]map[string]bool{}
+	for rows.Next() {
+		var table, column string
+		if err := rows.Scan(&table, &column); err != nil {
+			return fmt.Errorf("read catalog: %w", err)
+		}
+		if have[table] == nil {
+			have[table] = map[string]bool{}
+		}
+		have[table][column] = true
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read catalog: %w", err)
+	}
+
+	var missingTables, missingColumns []string
+	for table, cols := range requiredColumns {
+		if have[table] == nil {
+			missingTables = append(missingTables, table)
+			continue
+		}
+		for _, c := range cols {
+			if !have[table][c] {
+				missingColumns = append(missingColumns, table+"."+c)
+			}
+		}
+	}
+	if len(missingTables) == 0 && len(missingColumns) == 0 {
+		return nil
+	}
+	sort.Strings(missingTables)
+	sort.Strings(missingColumns)
+	var parts []string
+	if len(missingTables) > 0 {
+		parts = append(parts, "missing tables: "+strings.Join(missingTables, ", "))
+	}
+	if len(missingColumns) > 0 {
+		parts = append(parts, "missing columns: "+strings.Join(missingColumns, ", "))
+	}
+	return fmt.Errorf("database is not migrated for FlowFabric (%s); run FlowFabric's migrations or `worker migrate --ff-schema`",
+		strings.Join(parts, "; "))
+}

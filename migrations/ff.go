@@ -1,0 +1,313 @@
+// Package migrations creates the database objects the worker needs: River's
+// own tables (through rivermigrate, in their own Postgres schema) and, for
+// development, tests and new installs, FlowFabric-compatible ff_* tables.
+//
+// The ff_* DDL mirrors FlowFabric's Postgres backend (ff-backend-postgres
+// 0.15) column for column, so the worker runs unchanged on a database that
+// FlowFabric itself migrated. It never alters a table that already exists.
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// PartitionCount is the number of hash partitions FlowFabric creates for each
+// hot table (and the number of flow partitions, 0..255).
+const PartitionCount = 256
+
+// ffTable describes one FlowFabric table: the parent DDL, whether it is hash
+// partitioned, and the indexes and triggers created after it.
+type ffTable struct {
+	name        string
+	partitioned bool
+	columns     string   // body of CREATE TABLE (...)
+	indexes     []string // CREATE INDEX statements, created on the parent
+	post        []string // functions and triggers
+}
+
+var ffTables = []ffTable{
+	{
+		name:        "ff_exec_core",
+		partitioned: true,
+		columns: `
+    partition_key          smallint NOT NULL,
+    execution_id           uuid     NOT NULL,
+    flow_id                uuid,
+    lane_id                text     NOT NULL,
+    required_capabilities  text[]   NOT NULL DEFAULT '{}',
+    attempt_index          integer  NOT NULL DEFAULT 0,
+    lifecycle_phase        text     NOT NULL,
+    ownership_state        text     NOT NULL,
+    eligibility_state      text     NOT NULL,
+    public_state           text     NOT NULL,
+    attempt_state          text     NOT NULL,
+    blocking_reason        text,
+    cancellation_reason    text,
+    cancelled_by           text,
+    priority               integer  NOT NULL DEFAULT 0,
+    created_at_ms          bigint   NOT NULL,
+    terminal_at_ms         bigint,
+    deadline_at_ms         bigint,
+    payload                bytea,
+    result                 bytea,
+    policy                 jsonb,
+    raw_fields             jsonb    NOT NULL DEFAULT '{}',
+    started_at_ms          bigint,
+    lease_reclaim_count    integer  NOT NULL DEFAULT 0,
+    PRIMARY KEY (partition_key, execution_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_exec_core_lane_phase_idx ON ff_exec_core (partition_key, lane_id, lifecycle_phase)`,
+			`CREATE INDEX ff_exec_core_capabilities_idx ON ff_exec_core USING GIN (required_capabilities)`,
+			`CREATE INDEX ff_exec_core_flow_idx ON ff_exec_core (partition_key, flow_id) WHERE flow_id IS NOT NULL`,
+			// Delayed promotion scans runnable + not_eligible_until_time rows by deadline.
+			`CREATE INDEX ff_exec_core_deadline_idx ON ff_exec_core (partition_key, deadline_at_ms) WHERE deadline_at_ms IS NOT NULL`,
+		},
+	},
+	{
+		name:        "ff_attempt",
+		partitioned: true,
+		columns: `
+    partition_key        smallint NOT NULL,
+    execution_id         uuid     NOT NULL,
+    attempt_index        integer  NOT NULL,
+    worker_id            text,
+    worker_instance_id   text,
+    lease_epoch          bigint   NOT NULL DEFAULT 0,
+    lease_expires_at_ms  bigint,
+    started_at_ms        bigint,
+    terminal_at_ms       bigint,
+    outcome              text,
+    usage                jsonb,
+    policy               jsonb,
+    raw_fields           jsonb    NOT NULL DEFAULT '{}',
+    PRIMARY KEY (partition_key, execution_id, attempt_index)`,
+		indexes: []string{
+			// Lease expiry scans this index: O(due rows) per partition.
+			`CREATE INDEX ff_attempt_lease_expiry_idx ON ff_attempt (partition_key, lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL`,
+			`CREATE INDEX ff_attempt_worker_idx ON ff_attempt (partition_key, worker_id) WHERE worker_id IS NOT NULL`,
+		},
+	},
+	{
+		name:        "ff_suspension_current",
+		partitioned: true,
+		columns: `
+    partition_key     smallint NOT NULL,
+    execution_id      uuid     NOT NULL,
+    suspension_id     uuid     NOT NULL,
+    suspended_at_ms   bigint   NOT NULL,
+    timeout_at_ms     bigint,
+    reason_code       text,
+    condition         jsonb    NOT NULL,
+    satisfied_set     jsonb    NOT NULL DEFAULT '[]',
+    member_map        jsonb    NOT NULL DEFAULT '{}',
+    timeout_behavior  text,
+    PRIMARY KEY (partition_key, execution_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_suspension_current_suspended_idx ON ff_suspension_current (partition_key, suspended_at_ms)`,
+			// Suspension timeout scans this index.
+			`CREATE INDEX ff_suspension_current_timeout_idx ON ff_suspension_current (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL`,
+		},
+	},
+	{
+		name:        "ff_edge_group",
+		partitioned: true,
+		columns: `
+    partition_key                    smallint NOT NULL,
+    flow_id                          uuid     NOT NULL,
+    downstream_eid                   uuid     NOT NULL,
+    policy                           jsonb    NOT NULL,
+    k_target                         integer  NOT NULL DEFAULT 0,
+    success_count                    integer  NOT NULL DEFAULT 0,
+    fail_count                       integer  NOT NULL DEFAULT 0,
+    skip_count                       integer  NOT NULL DEFAULT 0,
+    running_count                    integer  NOT NULL DEFAULT 0,
+    cancel_siblings_pending_flag     boolean  NOT NULL DEFAULT false,
+    cancel_siblings_pending_members  text[]   NOT NULL DEFAULT '{}',
+    PRIMARY KEY (partition_key, flow_id, downstream_eid)`,
+	},
+	{
+		name:        "ff_pending_cancel_groups",
+		partitioned: true,
+		columns: `
+    partition_key   smallint NOT NULL,
+    flow_id         uuid     NOT NULL,
+    downstream_eid  uuid     NOT NULL,
+    enqueued_at_ms  bigint   NOT NULL,
+    PRIMARY KEY (partition_key, flow_id, downstream_eid)`,
+		indexes: []string{
+			// Sibling-cancel dispatch and its reconciler scan oldest first.
+			`CREATE INDEX ff_pending_cancel_groups_enqueued_idx ON ff_pending_cancel_groups (partition_key, enqueued_at_ms)`,
+		},
+	},
+	{
+		name:        "ff_completion_event",
+		partitioned: true,
+		columns: `
+    partition_key     smallint NOT NULL,
+    event_id          bigint   GENERATED ALWAYS AS IDENTITY,
+    execution_id      uuid     NOT NULL,
+    flow_id           uuid,
+    outcome           text     NOT NULL,
+    namespace         text,
+    instance_tag      text,
+    occurred_at_ms    bigint   NOT NULL,
+    committed_at_ms   bigint   NOT NULL DEFAULT (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+    dispatched_at_ms  bigint,
+    PRIMARY KEY (partition_key, event_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_completion_event_event_id_idx ON ff_completion_event (event_id)`,
+			`CREATE INDEX ff_completion_event_undispatched_idx ON ff_completion_event (partition_key, committed_at_ms) WHERE dispatched_at_ms IS NULL`,
+			`CREATE INDEX ff_completion_event_execution_idx ON ff_completion_event (partition_key, execution_id, occurred_at_ms)`,
+		},
+		post: []string{
+			`CREATE OR REPLACE FUNCTION ff_notify_completion_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ff_completion', NEW.event_id::text);
+    RETURN NEW;
+END
+$$`,
+			`CREATE TRIGGER ff_completion_event_notify AFTER INSERT ON ff_completion_event
+    FOR EACH ROW EXECUTE FUNCTION ff_notify_completion_event()`,
+		},
+	},
+	{
+		name:        "ff_lease_event",
+		partitioned: false,
+		columns: `
+    event_id        bigserial PRIMARY KEY,
+    execution_id    text      NOT NULL,
+    lease_id        text,
+    event_type      text      NOT NULL,
+    occurred_at_ms  bigint    NOT NULL,
+    partition_key   integer   NOT NULL,
+    namespace       text,
+    instance_tag    text`,
+		indexes: []string{
+			`CREATE INDEX ff_lease_event_partition_idx ON ff_lease_event (partition_key, event_id)`,
+			`CREATE INDEX ff_lease_event_namespace_idx ON ff_lease_event (partition_key, namespace) WHERE namespace IS NOT NULL`,
+			`CREATE INDEX ff_lease_event_instance_tag_idx ON ff_lease_event (partition_key, instance_tag) WHERE instance_tag IS NOT NULL`,
+		},
+		post: []string{
+			`CREATE OR REPLACE FUNCTION ff_notify_lease_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ff_lease_event', NEW.event_id::text);
+    RETURN NEW;
+END
+$$`,
+			`CREATE TRIGGER ff_lease_event_notify AFTER INSERT ON ff_lease_event
+    FOR EACH ROW EXECUTE FUNCTION ff_notify_lease_event()`,
+		},
+	},
+}
+
+// FFTableNames lists the FlowFabric tables this project creates and uses.
+func FFTableNames() []string {
+	names := make([]string, len(ffTables))
+	for i, t := range ffTables {
+		names[i] = t.name
+	}
+	return names
+}
+
+// FFResult reports what ApplyFF did to each table.
+type FFResult struct {
+	Created []string // tables created by this call
+	Existed []string // tables found already present and left untouched
+}
+
+// ApplyFF creates every missing ff_* table with its 256 hash partitions,
+// indexes and NOTIFY triggers. Each table is created in its own transaction
+// (as FlowFabric does) so one migration never needs more than about 800 locks,
+// well under the default lock table. A table that already exists is left
+// exactly as it is, so running ApplyFF twice is a no-op and it never alters a
+// table FlowFabric created.
+func ApplyFF(ctx context.Context, pool *pgxpool.Pool) (*FFResult, error) {
+	res := &FFResult{}
+	for _, t := range ffTables {
+		created, err := applyTable(ctx, pool, t)
+		if err != nil {
+			return res, fmt.Errorf("create %s: %w", t.name, err)
+		}
+		if created {
+			res.Created = append(res.Created, t.name)
+		} else {
+			res.Existed = append(res.Existed, t.name)
+		}
+	}
+	return res, nil
+}
+
+func applyTable(ctx context.Context, pool *pgxpool.Pool, t ffTable) (bool, error) {
+	created := false
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// Serialise concurrent migrators (two fleet members starting at once)
+		// so the existence check and the CREATE are atomic.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ffreconcile.migrate_ff'))`); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, t.name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		for _, stmt := range tableDDL(t) {
+			if _, err := tx.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("%w\nstatement: %s", err, firstLine(stmt))
+			}
+		}
+		created = true
+		return nil
+	})
+	return created, err
+}
+
+// tableDDL returns the statements that create one table from scratch.
+func tableDDL(t ffTable) []string {
+	var stmts []string
+	create := fmt.Sprintf("CREATE TABLE %s (%s\n)", t.name, t.columns)
+	if t.partitioned {
+		create += " PARTITION BY HASH (partition_key)"
+	}
+	stmts = append(stmts, create)
+	// Indexes created on the parent before the children attach are created on
+	// every child as it is added.
+	stmts = append(stmts, t.indexes...)
+	if t.partitioned {
+		var b strings.Builder
+		for i := range PartitionCount {
+			fmt.Fprintf(&b, "CREATE TABLE %s_p%d PARTITION OF %s FOR VALUES WITH (MODULUS %d, REMAINDER %d);\n",
+				t.name, i, t.name, PartitionCount, i)
+		}
+		stmts = append(stmts, b.String())
+	}
+	return append(stmts, t.post...)
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i] + " ..."
+	}
+	return s
+}
+
+// Fingerprint identifies the ff_* DDL this package creates; tests use it to
+// name a template database that is rebuilt whenever the DDL changes.
+func Fingerprint() string {
+	h := sha256.New()
+	for _, t := range ffTables {
+		for _, s := range tableDDL(t) {
+			h.Write([]byte(s))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:12]
+}

@@ -1,0 +1,104 @@
+package migrations_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/migrations"
+)
+
+func TestApplyFFTwiceIsNoop(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+
+	res, err := migrations.ApplyFF(ctx, db.Pool)
+	if err != nil {
+		t.Fatalf("first ApplyFF: %v", err)
+	}
+	if len(res.Created) != 7 || len(res.Existed) != 0 {
+		t.Fatalf("first ApplyFF: created %v, existed %v; want all 7 created", res.Created, res.Existed)
+	}
+	var children int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'ff_attempt'::regclass`).Scan(&children); err != nil {
+		t.Fatal(err)
+	}
+	if children != migrations.PartitionCount {
+		t.Fatalf("ff_attempt has %d partitions, want %d", children, migrations.PartitionCount)
+	}
+
+	// Mark a table the way an operator's change would look; a second run
+	// must neither fail nor touch it.
+	if _, err := db.Pool.Exec(ctx, `COMMENT ON TABLE ff_attempt IS 'owned by flowfabric'`); err != nil {
+		t.Fatal(err)
+	}
+	res, err = migrations.ApplyFF(ctx, db.Pool)
+	if err != nil {
+		t.Fatalf("second ApplyFF: %v", err)
+	}
+	if len(res.Created) != 0 || len(res.Existed) != 7 {
+		t.Fatalf("second ApplyFF: created %v, existed %v; want none created", res.Created, res.Existed)
+	}
+	var comment string
+	if err := db.Pool.QueryRow(ctx, `SELECT obj_description('ff_attempt'::regclass, 'pg_class')`).Scan(&comment); err != nil {
+		t.Fatal(err)
+	}
+	if comment != "owned by flowfabric" {
+		t.Fatalf("second ApplyFF altered ff_attempt (comment %q)", comment)
+	}
+	if err := migrations.Check(ctx, db.Pool); err != nil {
+		t.Fatalf("Check after ApplyFF: %v", err)
+	}
+}
+
+func TestCheckNamesWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+
+	err := migrations.Check(ctx, db.Pool)
+	if err == nil {
+		t.Fatal("Check on an empty database: want error")
+	}
+	for _, name := range migrations.FFTableNames() {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name missing table %s", err, name)
+		}
+	}
+
+	if _, err := migrations.ApplyFF(ctx, db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE ff_attempt DROP COLUMN outcome`); err != nil {
+		t.Fatal(err)
+	}
+	err = migrations.Check(ctx, db.Pool)
+	if err == nil || !strings.Contains(err.Error(), "missing columns: ff_attempt.outcome") {
+		t.Fatalf("Check with a dropped column = %v; want it to name ff_attempt.outcome", err)
+	}
+}
+
+func TestApplyRiverIdempotentAndValidatesSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.NewEmpty(t)
+
+	if _, err := migrations.ApplyRiver(ctx, db.Pool, "river; DROP TABLE x", nil); err == nil ||
+		!strings.Contains(err.Error(), "invalid River schema name") {
+		t.Fatalf("ApplyRiver with a hostile schema name = %v; want validation error", err)
+	}
+	v, err := migrations.ApplyRiver(ctx, db.Pool, "river_q", nil)
+	if err != nil || len(v) == 0 {
+		t.Fatalf("first ApplyRiver = %v, %v; want versions applied", v, err)
+	}
+	v, err = migrations.ApplyRiver(ctx, db.Pool, "river_q", nil)
+	if err != nil || len(v) != 0 {
+		t.Fatalf("second ApplyRiver = %v, %v; want no-op", v, err)
+	}
+	var n int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'river_q' AND tablename = 'river_job'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("river_job in schema river_q: %d, %v", n, err)
+	}
+}
