@@ -1,0 +1,210 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// flagSet wraps flag.FlagSet so that every flag has an environment variable,
+// `--help` lists both with the default, and a bad environment value is
+// reported with the variable's name. Flags given on the command line win over
+// the environment.
+type flagSet struct {
+	fs      *flag.FlagSet
+	name    string
+	summary string
+	entries []flagEntry
+}
+
+type flagEntry struct {
+	name, env, help, def string
+	secret               bool // never print the current value (passwords)
+}
+
+func newFlagSet(name, summary string) *flagSet {
+	f := &flagSet{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, summary: summary}
+	f.fs.SetOutput(io.Discard)
+	return f
+}
+
+func (f *flagSet) add(name, env, def, help string, secret bool, v flag.Value) {
+	f.fs.Var(v, name, help)
+	f.entries = append(f.entries, flagEntry{name: name, env: env, help: help, def: def, secret: secret})
+}
+
+// String defines a string flag.
+func (f *flagSet) String(p *string, name, env, def, help string) {
+	*p = def
+	f.add(name, env, def, help, false, (*stringValue)(p))
+}
+
+// Secret defines a string flag whose value is never printed.
+func (f *flagSet) Secret(p *string, name, env, help string) {
+	f.add(name, env, "", help, true, (*stringValue)(p))
+}
+
+// Int defines an int flag.
+func (f *flagSet) Int(p *int, name, env string, def int, help string) {
+	*p = def
+	f.add(name, env, strconv.Itoa(def), help, false, (*intValue)(p))
+}
+
+// Bool defines a bool flag.
+func (f *flagSet) Bool(p *bool, name, env string, def bool, help string) {
+	*p = def
+	f.add(name, env, strconv.FormatBool(def), help, false, (*boolValue)(p))
+}
+
+// Duration defines a duration flag.
+func (f *flagSet) Duration(p *time.Duration, name, env string, def time.Duration, help string) {
+	*p = def
+	f.add(name, env, def.String(), help, false, (*durationValue)(p))
+}
+
+// Strings defines a repeatable string flag; its environment variable takes a
+// comma-separated list.
+func (f *flagSet) Strings(p *[]string, name, env, help string) {
+	f.add(name, env, "", help, false, (*stringsValue)(p))
+}
+
+// errHelp is returned by parse when --help was asked for; the usage has been
+// printed and the command should exit 0.
+var errHelp = errors.New("help requested")
+
+// parse applies environment variables, then the command line.
+func (f *flagSet) parse(args []string, stdout io.Writer) error {
+	for _, e := range f.entries {
+		v, ok := os.LookupEnv(e.env)
+		if !ok || v == "" {
+			continue
+		}
+		fl := f.fs.Lookup(e.name)
+		if sv, isList := fl.Value.(*stringsValue); isList {
+			*sv = nil
+			for _, part := range strings.Split(v, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					*sv = append(*sv, part)
+				}
+			}
+			continue
+		}
+		if err := fl.Value.Set(v); err != nil {
+			return badUsage("environment variable %s: %v", e.env, err)
+		}
+	}
+	// Values set from the environment are defaults for a repeatable flag:
+	// the first command-line occurrence replaces them instead of appending.
+	for _, e := range f.entries {
+		if sv, ok := f.fs.Lookup(e.name).Value.(*stringsValue); ok && len(*sv) > 0 {
+			f.fs.Lookup(e.name).Value = &resettingStrings{target: sv}
+		}
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			f.usage(stdout)
+			return errHelp
+		}
+		return badUsage("%v (see `worker %s --help`)", err, f.name)
+	}
+	if f.fs.NArg() > 0 {
+		return badUsage("unexpected argument %q (see `worker %s --help`)", f.fs.Arg(0), f.name)
+	}
+	return nil
+}
+
+// usage prints the summary and a table of flags, environment variables and
+// defaults. Secret flags show no value.
+func (f *flagSet) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: worker %s [flags]\n\n%s\n\nFlags (each also read from its environment variable; flags win):\n", f.name, f.summary)
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, e := range f.entries {
+		def := ""
+		if e.def != "" && e.def != "false" {
+			def = " (default " + e.def + ")"
+		}
+		fmt.Fprintf(tw, "  --%s\t%s\t%s%s\n", e.name, e.env, e.help, def)
+	}
+	tw.Flush()
+	fmt.Fprint(w, logFlagsHelp)
+}
+
+type stringValue string
+
+func (s *stringValue) Set(v string) error { *s = stringValue(v); return nil }
+func (s *stringValue) String() string     { return string(*s) }
+
+type intValue int
+
+func (i *intValue) Set(v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", v)
+	}
+	*i = intValue(n)
+	return nil
+}
+func (i *intValue) String() string { return strconv.Itoa(int(*i)) }
+
+type boolValue bool
+
+func (b *boolValue) Set(v string) error {
+	x, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", v)
+	}
+	*b = boolValue(x)
+	return nil
+}
+func (b *boolValue) String() string   { return strconv.FormatBool(bool(*b)) }
+func (b *boolValue) IsBoolFlag() bool { return true }
+
+type durationValue time.Duration
+
+func (d *durationValue) Set(v string) error {
+	x, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 500ms, 1.5s, 2m)", v)
+	}
+	*d = durationValue(x)
+	return nil
+}
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+type stringsValue []string
+
+func (s *stringsValue) Set(v string) error { *s = append(*s, v); return nil }
+func (s *stringsValue) String() string     { return strings.Join(*s, ",") }
+
+// resettingStrings drops environment-provided values on the first flag.
+type resettingStrings struct {
+	target *stringsValue
+	set    bool
+}
+
+func (r *resettingStrings) Set(v string) error {
+	if !r.set {
+		*r.target = nil
+		r.set = true
+	}
+	return r.target.Set(v)
+}
+func (r *resettingStrings) String() string {
+	if r.target == nil {
+		return ""
+	}
+	return r.target.String()
+}
+
+// databaseURLFlag registers --database-url / DATABASE_URL, shared by every
+// subcommand.
+func databaseURLFlag(f *flagSet, p *string) {
+	f.Secret(p, "database-url", "DATABASE_URL",
+		"PostgreSQL connection string (URL or key=value); its password is never logged")
+}

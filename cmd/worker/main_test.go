@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+)
+
+// runMain runs the command line in-process and returns exit code, stdout
+// and stderr.
+func runMain(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := mainWithExit(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"UnknownCommand", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{"UnknownFlag", []string{"run", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
+		{"BadDuration", []string{"run", "--lease-expiry-interval", "soon"}, 2, `"soon" is not a duration`},
+		{"ZeroInterval", []string{"run", "--lease-expiry-interval", "0s"}, 2, "--lease-expiry-interval must be positive"},
+		{"NegativeInterval", []string{"run", "--suspension-timeout-interval", "-1s"}, 2, "--suspension-timeout-interval must be positive"},
+		{"SubSecondInterval", []string{"run", "--lease-expiry-interval", "200ms"}, 2, "too short (minimum 1s)"},
+		{"PartitionCount", []string{"run", "--partition-count", "300"}, 2, "partition count 300 is out of range 1..256"},
+		{"BatchSize", []string{"run", "--batch-size", "0"}, 2, "batch size 0 is out of range"},
+		{"InstanceTagWithoutEquals", []string{"run", "--instance-tag", "cairn.instance_id"}, 2, "want KEY=VALUE"},
+		{"UnknownReconciler", []string{"run", "--reconcilers", "lease_expiry,nope"}, 2, `unknown reconciler "nope"`},
+		{"BadSchema", []string{"run", "--river-schema", "x;drop"}, 2, "invalid River schema name"},
+		{"BadLogLevel", []string{"run", "--log-level", "loud"}, 2, `log level "loud"`},
+		{"UnreachableDatabase", []string{"migrate", "--database-url", "postgres://u:sekret@127.0.0.1:1/x?connect_timeout=2"}, 1, "cannot reach database postgres://u:xxxxx@127.0.0.1:1/x"},
+		{"MalformedURL", []string{"run", "--database-url", "postgres://u:sekret@[::1"}, 2, "invalid database URL postgres://u:xxxxx@"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runMain(t, context.Background(), tt.args...)
+			if code != tt.code {
+				t.Errorf("exit code %d; want %d (stderr %q)", code, tt.code, stderr)
+			}
+			if !strings.Contains(stderr, tt.want) {
+				t.Errorf("stderr %q does not contain %q", stderr, tt.want)
+			}
+			// Log lines (time=...) may precede it; the error itself is one line.
+			var errLines []string
+			for _, line := range strings.Split(strings.TrimSpace(stderr), "\n") {
+				if !strings.HasPrefix(line, "time=") {
+					errLines = append(errLines, line)
+				}
+			}
+			if len(errLines) != 1 || !strings.HasPrefix(errLines[0], "worker") {
+				t.Errorf("want exactly one error line starting with \"worker\"; stderr %q", stderr)
+			}
+			if strings.Contains(stderr, "sekret") || strings.Contains(stderr, "panic") {
+				t.Errorf("stderr leaks a password or a panic: %q", stderr)
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryFlagWithItsEnvVar(t *testing.T) {
+	t.Setenv("DATABASE_URL", "postgres://u:topsecret@db/x")
+	code, out, _ := runMain(t, context.Background(), "run", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"--database-url", "DATABASE_URL", "--lease-expiry-interval", "FF_LEASE_EXPIRY_INTERVAL",
+		"(default 1.5s)", "--http-addr", "(default 127.0.0.1:8080)", "--log-format", "--shutdown-timeout"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run --help lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "topsecret") {
+		t.Error("--help prints the database password")
+	}
+}
+
+func TestRunWithoutFFTablesFailsNamingThem(t *testing.T) {
+	db := testdb.NewEmpty(t)
+	code, out, stderr := runMain(t, context.Background(), "migrate", "--database-url", db.URL)
+	if code != 0 {
+		t.Fatalf("migrate (River only): exit %d, %s", code, stderr)
+	}
+	if !strings.Contains(out, "river: applied migrations") {
+		t.Fatalf("migrate output %q", out)
+	}
+	code, _, stderr = runMain(t, context.Background(), "run", "--database-url", db.URL, "--http-addr", "")
+	if code != 1 {
+		t.Fatalf("run without ff tables: exit %d; want 1 (stderr %q)", code, stderr)
+	}
+	for _, want := range []string{"missing tables:", "ff_attempt", "ff_exec_core", "worker migrate --ff-schema"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q lacks %q", stderr, want)
+		}
+	}
+}
+
+func TestMigrateTwiceThenRunServesHealthAndUI(t *testing.T) {
+	db := testdb.NewEmpty(t)
+	for i := range 2 {
+		code, out, stderr := runMain(t, context.Background(), "migrate", "--ff-schema", "--database-url", db.URL)
+		if code != 0 {
+			t.Fatalf("migrate #%d: exit %d: %s", i+1, code, stderr)
+		}
+		if i == 1 && (!strings.Contains(out, "already up to date") || !strings.Contains(out, "left existing tables untouched")) {
+			t.Fatalf("second migrate output %q; want a no-op", out)
+		}
+	}
+
+	now := time.Now().UnixMilli()
+	id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 17})
+	fftest.InsertAttempt(t, db.Pool, 17, id, 0, fftest.Ms(now-5000))
+
+	rc, err := parseRunFlags([]string{"--database-url", db.URL, "--http-addr", "127.0.0.1:0"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	started := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, rc, slog.New(slog.NewTextHandler(io.Discard, nil)), started) }()
+	var addr string
+	select {
+	case addr = <-started:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not start")
+	}
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/riverui/": 200, "/stats": 200} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s = %d; want %d", path, resp.StatusCode, want)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for fftest.ReadAttempt(t, db.Pool, 17, id, 0).LeaseExpiresAtMs != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker did not release the expired lease")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v after shutdown", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not stop")
+	}
+}

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/migrations"
+)
+
+func migrateCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger *slog.Logger) error {
+	var dsn, schema string
+	var ffSchema bool
+	f := newFlagSet("migrate", "Create River's tables in their own schema and, with --ff-schema, the FlowFabric-compatible\nff_* tables (256 hash partitions each). Running it again is a no-op; existing ff_* tables are never altered.")
+	databaseURLFlag(f, &dsn)
+	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", "river", "Postgres schema holding River's tables")
+	f.Bool(&ffSchema, "ff-schema", "FF_MIGRATE_FF_SCHEMA", false, "also create missing ff_* tables (for development, tests and new installs)")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if err := migrations.ValidateSchemaName(schema); err != nil {
+		return usageError{err}
+	}
+	if dsn == "" {
+		dsn = dbconn.DefaultURL
+	}
+	pool, err := dbconn.Open(ctx, dsn, dbconn.Options{MaxConns: 2, AppName: "ffreconcile-migrate"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	versions, err := migrations.ApplyRiver(ctx, pool, schema, logger)
+	if err != nil {
+		return dbconn.Scrub(err, dsn)
+	}
+	if len(versions) == 0 {
+		fmt.Fprintf(stdout, "river: schema %s already up to date\n", schema)
+	} else {
+		fmt.Fprintf(stdout, "river: applied migrations %v in schema %s\n", versions, schema)
+	}
+	if !ffSchema {
+		return nil
+	}
+	res, err := migrations.ApplyFF(ctx, pool)
+	if err != nil {
+		return dbconn.Scrub(err, dsn)
+	}
+	if len(res.Created) > 0 {
+		fmt.Fprintf(stdout, "ff schema: created %s\n", strings.Join(res.Created, ", "))
+	}
+	if len(res.Existed) > 0 {
+		fmt.Fprintf(stdout, "ff schema: left existing tables untouched: %s\n", strings.Join(res.Existed, ", "))
+	}
+	return nil
+}

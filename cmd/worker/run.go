@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/periodic"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// runConfig is everything `worker run` is configured with.
+type runConfig struct {
+	fleet           fleet.Config
+	httpAddr        string
+	shutdownTimeout time.Duration
+	ui              bool
+}
+
+func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
+	var (
+		rc          runConfig
+		reconcilers []string
+		instanceTag string
+		intervals   = map[string]*time.Duration{}
+	)
+	fc := &rc.fleet
+	f := newFlagSet("run", "Run the FlowFabric reconcilers as River workers. Serves River UI at /riverui/, /healthz, /readyz and /stats.\nRun as many identical processes as you like against one database: River elects one leader to tick.")
+	databaseURLFlag(f, &fc.DatabaseURL)
+	f.String(&fc.RiverSchema, "river-schema", "FF_RIVER_SCHEMA", fleet.DefaultRiverSchema, "Postgres schema holding River's tables")
+	f.String(&rc.httpAddr, "http-addr", "FF_HTTP_ADDR", "127.0.0.1:8080", "address for River UI and health endpoints (empty disables HTTP)")
+	f.Bool(&rc.ui, "ui", "FF_UI", true, "serve River UI at /riverui/")
+	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
+		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(jobs.Reconcilers, ", ")+" (default all)")
+	for _, name := range jobs.Reconcilers {
+		d := new(time.Duration)
+		intervals[name] = d
+		flagName := strings.ReplaceAll(name, "_", "-") + "-interval"
+		f.Duration(d, flagName, "FF_"+strings.ToUpper(name)+"_INTERVAL", periodic.DefaultIntervals[name],
+			strings.ReplaceAll(name, "_", " ")+" tick interval")
+	}
+	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", fleet.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
+	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
+	f.String(&fc.Filter.Namespace, "namespace", "FF_NAMESPACE", "", "only reconcile executions of this namespace (raw_fields.namespace)")
+	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only reconcile executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
+	f.Int(&fc.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "row actions run at once by this process")
+	f.Duration(&fc.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "least time between two fetches of row jobs")
+	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll (scheduled promotions become due on a poll)")
+	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
+	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
+	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")
+	f.String(&fc.ClientID, "client-id", "FF_CLIENT_ID", "", "name of this process in River (default: derived from the host name)")
+	f.Bool(&fc.PollOnly, "poll-only", "FF_POLL_ONLY", false, "poll instead of LISTEN/NOTIFY (behind a transaction-mode pooler)")
+	if err := f.parse(args, stdout); err != nil {
+		return nil, err
+	}
+
+	if instanceTag != "" {
+		k, v, err := store.ParseInstanceTag(instanceTag)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		fc.Filter.TagKey, fc.Filter.TagValue = k, v
+	}
+	if len(reconcilers) == 0 {
+		reconcilers = workers.Implemented()
+	}
+	fc.Reconcilers = map[string]time.Duration{}
+	for _, item := range reconcilers {
+		for _, name := range strings.Split(item, ",") {
+			name = strings.TrimSpace(name)
+			if name == "" {
+				continue
+			}
+			if !slices.Contains(jobs.Reconcilers, name) {
+				return nil, badUsage("unknown reconciler %q (known: %s)", name, strings.Join(jobs.Reconcilers, ", "))
+			}
+			fc.Reconcilers[name] = *intervals[name]
+		}
+	}
+	for _, name := range jobs.Reconcilers {
+		if d := *intervals[name]; d <= 0 {
+			return nil, badUsage("--%s-interval must be positive, got %s", strings.ReplaceAll(name, "_", "-"), d)
+		}
+	}
+	if rc.shutdownTimeout <= 0 {
+		return nil, badUsage("--shutdown-timeout must be positive, got %s", rc.shutdownTimeout)
+	}
+	if fc.DatabaseURL == "" {
+		fc.DatabaseURL = dbconn.DefaultURL
+	}
+	if err := dbconn.Validate(fc.DatabaseURL); err != nil {
+		return nil, usageError{err}
+	}
+	if err := fc.Validate(); err != nil {
+		return nil, usageError{err}
+	}
+	return &rc, nil
+}
+
+func runCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger *slog.Logger) error {
+	rc, err := parseRunFlags(args, stdout)
+	if err != nil {
+		return err
+	}
+	return run(ctx, rc, logger, nil)
+}
+
+// run runs one worker process until ctx is cancelled. When started is not
+// nil it receives the HTTP address once the process is ready (for tests).
+func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<- string) error {
+	fc := rc.fleet
+	fc.Logger = logger
+	logger.Info("starting worker", "database", dbconn.Redact(fc.DatabaseURL), "river_schema", fc.RiverSchema,
+		"reconcilers", enabledList(fc.Reconcilers), "namespace", fc.Filter.Namespace,
+		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr)
+
+	f, err := fleet.New(ctx, fc)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	var ready atomic.Bool
+	var srv *http.Server
+	var addr string
+	if rc.httpAddr != "" {
+		handler, err := newHTTPHandler(ctx, f, rc, logger, &ready)
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", rc.httpAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", rc.httpAddr, err)
+		}
+		addr = ln.Addr().String()
+		srv = &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http server stopped", "error", err)
+			}
+		}()
+	}
+
+	if err := f.Start(ctx); err != nil {
+		return fmt.Errorf("start River client: %w", dbconn.Scrub(err, fc.DatabaseURL))
+	}
+	ready.Store(true)
+	logger.Info("worker running", "http_addr", addr, "river_ui", uiURL(addr, rc.ui))
+	if started != nil {
+		started <- addr
+	}
+
+	<-ctx.Done()
+	ready.Store(false)
+	logger.Info("shutting down: no new jobs; waiting for running jobs", "timeout", rc.shutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), rc.shutdownTimeout)
+	defer cancel()
+	stopErr := f.Stop(stopCtx)
+	if srv != nil {
+		shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutCtx)
+	}
+	if stopErr != nil {
+		return stopErr
+	}
+	logger.Info("worker stopped")
+	return nil
+}
+
+func enabledList(m map[string]time.Duration) string {
+	var parts []string
+	for _, name := range jobs.Reconcilers {
+		if d, ok := m[name]; ok {
+			parts = append(parts, name+"="+d.String())
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+func uiURL(addr string, ui bool) string {
+	if addr == "" || !ui {
+		return ""
+	}
+	return "http://" + addr + "/riverui/"
+}

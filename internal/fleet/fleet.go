@@ -1,0 +1,295 @@
+// Package fleet assembles one worker process of the fleet: its two database
+// pools, the River client with the fleet's queues, workers, hooks and
+// periodic ticks. cmd/worker runs it; tests run several against one database.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/periodic"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// Config configures one process. Zero values take the defaults below.
+type Config struct {
+	DatabaseURL string
+	RiverSchema string // default "river"
+
+	// Reconcilers maps each enabled reconciler to its tick interval.
+	// Nil enables all with periodic.DefaultIntervals.
+	Reconcilers map[string]time.Duration
+
+	Filter         store.Filter
+	BatchSize      int // rows per partition scan, default 1000
+	PartitionCount int // default 256
+
+	// RowWorkers is the number of row actions run at once (default 32).
+	// Each holds a work-pool connection for one statement, so more than
+	// a few times the server's cores only queues on the pool.
+	RowWorkers int
+	// RowFetchCooldown is the least time between two fetches of row jobs
+	// (default 2 ms). River's default of 100 ms caps a process at
+	// RowWorkers/100ms jobs per second, below the seed's loop.
+	RowFetchCooldown time.Duration
+	// FetchPollInterval is how often idle queues poll for jobs that no
+	// notification announced, chiefly scheduled ad-hoc promotions
+	// (default 1 s).
+	FetchPollInterval time.Duration
+	// CompletedJobRetention is how long completed jobs stay visible in
+	// River UI (default 10 min): row jobs are numerous, and River's 24 h
+	// default would grow river_job by every row ever reconciled.
+	CompletedJobRetention time.Duration
+	// RescueStuckJobsAfter: a job left running by a killed process is
+	// retried after this (default 25 s, above the longest job timeout;
+	// River's rescuer runs every 30 s, so such a row is acted on within a
+	// minute instead of River's default hour).
+	RescueStuckJobsAfter time.Duration
+
+	// ClientID names this process in River (leader, heartbeats); empty
+	// lets River derive one from the host name.
+	ClientID string
+	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
+	PollOnly bool
+
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultRiverSchema           = "river"
+	DefaultBatchSize             = 1000
+	DefaultRowWorkers            = 32
+	DefaultRowFetchCooldown      = 2 * time.Millisecond
+	DefaultFetchPollInterval     = time.Second
+	DefaultCompletedJobRetention = 10 * time.Minute
+	DefaultRescueStuckJobsAfter  = 25 * time.Second
+	controlWorkers               = 8
+)
+
+// Fleet is one assembled process.
+type Fleet struct {
+	Config    Config
+	RiverPool *pgxpool.Pool // River's own queries: fetch, complete, leadership
+	WorkPool  *pgxpool.Pool // the reconcilers' SQL
+	Client    *river.Client[pgx.Tx]
+	Workers   *workers.Set
+}
+
+func (c *Config) setDefaults() {
+	if c.DatabaseURL == "" {
+		c.DatabaseURL = dbconn.DefaultURL
+	}
+	if c.RiverSchema == "" {
+		c.RiverSchema = DefaultRiverSchema
+	}
+	if c.Reconcilers == nil {
+		c.Reconcilers = map[string]time.Duration{}
+		for _, name := range workers.Implemented() {
+			c.Reconcilers[name] = periodic.DefaultIntervals[name]
+		}
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.PartitionCount == 0 {
+		c.PartitionCount = jobs.PartitionCount
+	}
+	if c.RowWorkers == 0 {
+		c.RowWorkers = DefaultRowWorkers
+	}
+	if c.RowFetchCooldown == 0 {
+		c.RowFetchCooldown = DefaultRowFetchCooldown
+	}
+	if c.FetchPollInterval == 0 {
+		c.FetchPollInterval = DefaultFetchPollInterval
+	}
+	if c.CompletedJobRetention == 0 {
+		c.CompletedJobRetention = DefaultCompletedJobRetention
+	}
+	if c.RescueStuckJobsAfter == 0 {
+		c.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first unusable setting, in words a user can act on.
+func (c *Config) Validate() error {
+	if err := migrations.ValidateSchemaName(c.RiverSchema); err != nil {
+		return err
+	}
+	if c.BatchSize < 1 || c.BatchSize > 10000 {
+		return fmt.Errorf("batch size %d is out of range 1..10000", c.BatchSize)
+	}
+	if c.PartitionCount < 1 || c.PartitionCount > jobs.PartitionCount {
+		return fmt.Errorf("partition count %d is out of range 1..%d", c.PartitionCount, jobs.PartitionCount)
+	}
+	if c.RowWorkers < 1 || c.RowWorkers > 10000 {
+		return fmt.Errorf("row workers %d is out of range 1..10000", c.RowWorkers)
+	}
+	if c.RowFetchCooldown < river.FetchCooldownMin {
+		return fmt.Errorf("row fetch cooldown %s is below River's minimum %s", c.RowFetchCooldown, river.FetchCooldownMin)
+	}
+	if c.FetchPollInterval < river.FetchPollIntervalMin || c.FetchPollInterval < c.RowFetchCooldown {
+		return fmt.Errorf("fetch poll interval %s must be at least %s and at least the fetch cooldown", c.FetchPollInterval, river.FetchPollIntervalMin)
+	}
+	if c.CompletedJobRetention < time.Second {
+		return fmt.Errorf("completed job retention %s is too short (minimum 1s)", c.CompletedJobRetention)
+	}
+	if c.RescueStuckJobsAfter <= workers.ScanTimeout {
+		return fmt.Errorf("rescue-stuck-jobs-after %s must exceed the longest job timeout (%s)", c.RescueStuckJobsAfter, workers.ScanTimeout)
+	}
+	if c.Filter.TagKey == "" && c.Filter.TagValue != "" {
+		return errors.New("instance tag value given without a key")
+	}
+	for name := range c.Reconcilers {
+		if !slices.Contains(workers.Implemented(), name) {
+			return fmt.Errorf("reconciler %q has no workers in this build (available: %v)", name, workers.Implemented())
+		}
+	}
+	_, err := periodic.Jobs(c.Reconcilers)
+	return err
+}
+
+// New opens the pools, checks the ff_* schema and builds the River client.
+// It does not start it.
+func New(ctx context.Context, cfg Config) (*Fleet, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	periodicJobs, err := periodic.Jobs(cfg.Reconcilers)
+	if err != nil {
+		return nil, err
+	}
+
+	// River's pool serves the producers' fetches, the batch completer,
+	// leader election and the notifier's LISTEN connection.
+	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river"})
+	if err != nil {
+		return nil, err
+	}
+	// One work connection per concurrent row action, plus room for scans
+	// and ticks.
+	workPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
+		MaxConns: int32(min(cfg.RowWorkers+controlWorkers, 200)), AppName: "ffreconcile-work",
+		RuntimeParams: map[string]string{
+			// pgx prepares every statement, and after five runs Postgres
+			// may switch it to a generic plan. On Postgres 15 a generic plan
+			// over a partitioned table locks all 256 children and their
+			// indexes at every execution: 32 concurrent row actions then
+			// exhaust the lock table ("out of shared memory"). Custom plans
+			// prune at plan time to the one child a row lives in.
+			"plan_cache_mode": "force_custom_plan",
+		},
+	})
+	if err != nil {
+		riverPool.Close()
+		return nil, err
+	}
+	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool}
+	if err := f.build(ctx, periodicJobs); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) error {
+	cfg := f.Config
+	if err := migrations.Check(ctx, f.WorkPool); err != nil {
+		return err
+	}
+	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
+		return err
+	}
+	set, err := workers.New(workers.Config{
+		Pool:           f.WorkPool,
+		Filter:         cfg.Filter,
+		BatchSize:      cfg.BatchSize,
+		PartitionCount: cfg.PartitionCount,
+		Logger:         cfg.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	f.Workers = set
+	client, err := river.NewClient(riverpgxv5.New(f.RiverPool), &river.Config{
+		Schema: cfg.RiverSchema,
+		ID:     cfg.ClientID,
+		Logger: cfg.Logger,
+		Queues: map[string]river.QueueConfig{
+			// Ticks and scans: few, short, and never stuck behind rows.
+			jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
+			jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
+		},
+		FetchCooldown:               cfg.RowFetchCooldown,
+		FetchPollInterval:           cfg.FetchPollInterval,
+		JobTimeout:                  workers.RowTimeout,
+		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
+		CompletedJobRetentionPeriod: cfg.CompletedJobRetention,
+		Hooks:                       set.Hooks(),
+		PeriodicJobs:                periodicJobs,
+		PollOnly:                    cfg.PollOnly,
+		Workers:                     set.Workers(),
+	})
+	if err != nil {
+		return fmt.Errorf("river client: %w", err)
+	}
+	f.Client = client
+	return nil
+}
+
+// checkRiverSchema fails clearly when River's tables are not migrated in
+// schema, instead of River failing on its first query.
+func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass(quote_ident($1) || '.river_job') IS NOT NULL`, schema).Scan(&ok); err != nil {
+		return fmt.Errorf("check River schema: %w", err)
+	}
+	if !ok {
+		return fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
+	}
+	return nil
+}
+
+// Start starts the River client.
+func (f *Fleet) Start(ctx context.Context) error {
+	return f.Client.Start(ctx)
+}
+
+// Stop stops fetching new jobs and waits for running ones until ctx ends,
+// then cancels what is still running and waits for it to return.
+func (f *Fleet) Stop(ctx context.Context) error {
+	err := f.Client.Stop(ctx)
+	if err == nil {
+		return nil
+	}
+	hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err2 := f.Client.StopAndCancel(hard); err2 != nil {
+		return fmt.Errorf("stop: %w; then cancel: %w", err, err2)
+	}
+	return nil
+}
+
+// Close closes the pools.
+func (f *Fleet) Close() {
+	f.WorkPool.Close()
+	f.RiverPool.Close()
+}

@@ -1,0 +1,193 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+)
+
+// PromoteArgs promotes one delayed execution (runnable +
+// not_eligible_until_time) to eligible_now once its delay-until has passed.
+// It is the public contract for ad-hoc promotions from other services:
+//
+//	{"execution": "{fp:7}:6f1c0b1e-...."}
+//	{"partition": 7, "execution_id": "6f1c0b1e-...."}
+//
+// with an optional "at" (RFC 3339 time, the execution's delay-until): the job
+// is then scheduled for that time and promotes on time without waiting for a
+// sweep. Give either Execution or Partition + ExecutionID. The action
+// re-checks the execution under lock, so a promotion that is not (yet) due,
+// or for an execution in another state, changes nothing.
+type PromoteArgs struct {
+	// Execution is FlowFabric's execution id, `{fp:N}:<uuid>`.
+	Execution string `json:"execution,omitempty" river:"unique"`
+	// Partition and ExecutionID (a bare UUID) are the alternative form.
+	Partition   *int16 `json:"partition,omitempty" river:"unique"`
+	ExecutionID string `json:"execution_id,omitempty" river:"unique"`
+	// At schedules the promotion; nil runs it now.
+	At *time.Time `json:"at,omitempty" river:"unique"`
+}
+
+// Kind implements river.JobArgs.
+func (PromoteArgs) Kind() string { return KindPromote }
+
+// InsertOpts implements river.JobArgsWithInsertOpts. A set At becomes the
+// job's scheduled time.
+func (a PromoteArgs) InsertOpts() river.InsertOpts {
+	opts := rowOpts()
+	if a.At != nil {
+		opts.ScheduledAt = *a.At
+	}
+	return opts
+}
+
+// Hooks implements river.JobArgsWithHooks: any Go client that inserts
+// PromoteArgs refuses invalid args at insert time, before they reach the
+// database.
+func (PromoteArgs) Hooks() []rivertype.Hook {
+	return []rivertype.Hook{ValidateOnInsert}
+}
+
+// Target resolves the execution to promote, validating the args.
+func (a PromoteArgs) Target() (ExecutionID, error) {
+	switch {
+	case a.Execution != "" && (a.Partition != nil || a.ExecutionID != ""):
+		return ExecutionID{}, errors.New("promote args: give either execution or partition + execution_id, not both")
+	case a.Execution != "":
+		id, err := ParseExecutionID(a.Execution)
+		if err != nil {
+			return ExecutionID{}, fmt.Errorf("promote args: %w", err)
+		}
+		return id, nil
+	case a.Partition == nil && a.ExecutionID == "":
+		return ExecutionID{}, errors.New("promote args: missing execution (or partition + execution_id)")
+	case a.Partition == nil:
+		return ExecutionID{}, errors.New("promote args: missing partition")
+	case a.ExecutionID == "":
+		return ExecutionID{}, errors.New("promote args: missing execution_id")
+	}
+	if err := ValidatePartition(int(*a.Partition)); err != nil {
+		return ExecutionID{}, fmt.Errorf("promote args: %w", err)
+	}
+	u, err := ParseUUID(a.ExecutionID)
+	if err != nil {
+		return ExecutionID{}, fmt.Errorf("promote args: execution_id: %w", err)
+	}
+	return ExecutionID{Partition: *a.Partition, UUID: u}, nil
+}
+
+// Validate implements Validator.
+func (a PromoteArgs) Validate() error {
+	_, err := a.Target()
+	return err
+}
+
+// Validator is implemented by every args type of this package that carries
+// user data worth checking.
+type Validator interface {
+	Validate() error
+}
+
+// Validate implementations of the row and scan args.
+
+// Validate implements Validator.
+func (a LeaseExpiryScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+
+// Validate implements Validator.
+func (a SuspensionTimeoutScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+
+// Validate implements Validator.
+func (a DelayedPromotionScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+
+// Validate implements Validator.
+func (a CancelDispatchScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+
+// Validate implements Validator.
+func (a CancelReconcileScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+
+// Validate implements Validator.
+func (a LeaseReleaseArgs) Validate() error {
+	return validateRow(a.Partition, "execution_id", a.ExecutionID)
+}
+
+// Validate implements Validator.
+func (a SuspensionExpireArgs) Validate() error {
+	return validateRow(a.Partition, "execution_id", a.ExecutionID)
+}
+
+// Validate implements Validator.
+func (a CancelGroupArgs) Validate() error {
+	if err := validateRow(a.Partition, "flow_id", a.FlowID); err != nil {
+		return err
+	}
+	if _, err := ParseUUID(a.DownstreamEID); err != nil {
+		return fmt.Errorf("downstream_eid: %w", err)
+	}
+	return nil
+}
+
+// Validate implements Validator.
+func (a CancelDispatchArgs) Validate() error { return CancelGroupArgs(a).Validate() }
+
+// Validate implements Validator.
+func (a CancelReconcileArgs) Validate() error { return CancelGroupArgs(a).Validate() }
+
+func validateRow(partition int16, field, id string) error {
+	if err := ValidatePartition(int(partition)); err != nil {
+		return err
+	}
+	if _, err := ParseUUID(id); err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	return nil
+}
+
+// decoders maps each kind with user-checkable args to a function decoding
+// and validating its JSON, as stored in river_job.args.
+var decoders = map[string]func([]byte) error{
+	KindPromote:               decodeValidate[PromoteArgs],
+	KindLeaseRelease:          decodeValidate[LeaseReleaseArgs],
+	KindSuspensionExpire:      decodeValidate[SuspensionExpireArgs],
+	KindCancelDispatch:        decodeValidate[CancelDispatchArgs],
+	KindCancelReconcile:       decodeValidate[CancelReconcileArgs],
+	KindLeaseExpiryScan:       decodeValidate[LeaseExpiryScanArgs],
+	KindSuspensionTimeoutScan: decodeValidate[SuspensionTimeoutScanArgs],
+	KindDelayedPromotionScan:  decodeValidate[DelayedPromotionScanArgs],
+	KindCancelDispatchScan:    decodeValidate[CancelDispatchScanArgs],
+	KindCancelReconcileScan:   decodeValidate[CancelReconcileScanArgs],
+}
+
+func decodeValidate[T Validator](encoded []byte) error {
+	var args T
+	if err := json.Unmarshal(encoded, &args); err != nil {
+		return fmt.Errorf("malformed JSON args: %w", err)
+	}
+	return args.Validate()
+}
+
+// ValidateEncoded validates the JSON args of a job of the given kind as any
+// River client would store them. Kinds this package does not define pass.
+func ValidateEncoded(kind string, encoded []byte) error {
+	dec, ok := decoders[kind]
+	if !ok {
+		return nil
+	}
+	if err := dec(encoded); err != nil {
+		return fmt.Errorf("invalid %s job: %w", kind, err)
+	}
+	return nil
+}
+
+// ValidateOnInsert is a River insert hook that refuses invalid args of this
+// package's kinds; the insert (the whole batch) fails with the reason. Install
+// it globally with river.Config{Hooks: []rivertype.Hook{jobs.ValidateOnInsert}};
+// PromoteArgs carries it on its own.
+var ValidateOnInsert rivertype.Hook = river.HookInsertBeginFunc(
+	func(_ context.Context, params *rivertype.JobInsertParams) error {
+		return ValidateEncoded(params.Kind, params.EncodedArgs)
+	})

@@ -1,0 +1,269 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+func TestReleaseExpiredLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(1_000_000)
+
+	t.Run("ActiveExecutionIsReleasedAsTheSeedWrites", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 7, Namespace: "tenant-a",
+			Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
+		fftest.InsertAttempt(t, pool, 7, id, 2, fftest.Ms(now-1))
+
+		res, err := store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Released || !res.ExecFlipped || res.ExecMissing || res.EventID == 0 {
+			t.Fatalf("result = %+v; want released, flipped, event written", res)
+		}
+		att := fftest.ReadAttempt(t, pool, 7, id, 2)
+		if att.LeaseExpiresAtMs != nil || att.Outcome == nil || *att.Outcome != "lease_expired_reclaimable" {
+			t.Fatalf("attempt = lease %v outcome %v; want NULL, lease_expired_reclaimable", att.LeaseExpiresAtMs, att.Outcome)
+		}
+		ex := fftest.ReadExec(t, pool, 7, id)
+		if ex.LifecyclePhase != "runnable" || ex.OwnershipState != "unowned" ||
+			ex.EligibilityState != "eligible_now" || ex.AttemptState != "attempt_interrupted" {
+			t.Fatalf("exec = %+v; want runnable/unowned/eligible_now/attempt_interrupted", ex)
+		}
+		if ex.PublicState != "running" {
+			t.Fatalf("public_state = %q; the seed leaves it alone", ex.PublicState)
+		}
+		if got := ex.RawFields["lease_expired_at_ms"]; got != float64(now) {
+			t.Fatalf("raw_fields.lease_expired_at_ms = %v; want %d", got, now)
+		}
+		if ex.RawFields["namespace"] != "tenant-a" {
+			t.Fatalf("raw_fields lost its namespace: %v", ex.RawFields)
+		}
+		evs := fftest.LeaseEvents(t, pool, id)
+		if len(evs) != 1 {
+			t.Fatalf("%d lease events; want 1", len(evs))
+		}
+		ev := evs[0]
+		if ev.EventType != "expired" || ev.Partition != 7 || ev.OccurredAtMs != now || ev.EventID != res.EventID ||
+			ev.Namespace == nil || *ev.Namespace != "tenant-a" || ev.InstanceTag == nil || *ev.InstanceTag != "inst-1" {
+			t.Fatalf("event = %+v; want expired, partition 7, at now, namespace tenant-a, tag inst-1", ev)
+		}
+
+		// A second run (the job ran twice) changes nothing.
+		res, err = store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now+5)
+		if err != nil || res.Released {
+			t.Fatalf("second run = %+v, %v; want no-op", res, err)
+		}
+		if n := len(fftest.LeaseEvents(t, pool, id)); n != 1 {
+			t.Fatalf("%d lease events after a second run; want 1", n)
+		}
+	})
+
+	t.Run("RenewedLeaseIsLeftAlone", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 3})
+		fftest.InsertAttempt(t, pool, 3, id, 0, fftest.Ms(now+60_000))
+		res, err := store.ReleaseExpiredLease(ctx, pool, 3, id, 0, now)
+		if err != nil || res.Released {
+			t.Fatalf("result = %+v, %v; want no-op", res, err)
+		}
+		if ex := fftest.ReadExec(t, pool, 3, id); ex.LifecyclePhase != "active" || ex.RawFields["lease_expired_at_ms"] != nil {
+			t.Fatalf("exec changed: %+v", ex)
+		}
+		if n := len(fftest.LeaseEvents(t, pool, id)); n != 0 {
+			t.Fatalf("%d events; want 0", n)
+		}
+	})
+
+	t.Run("TerminalExecutionIsUntouchedButLeaseReleased", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 4, LifecyclePhase: "terminal", OwnershipState: "unowned",
+			PublicState: "completed", AttemptState: "attempt_terminal"})
+		fftest.InsertAttempt(t, pool, 4, id, 0, fftest.Ms(now-10))
+		res, err := store.ReleaseExpiredLease(ctx, pool, 4, id, 0, now)
+		if err != nil || !res.Released || res.ExecFlipped {
+			t.Fatalf("result = %+v, %v; want released, not flipped", res, err)
+		}
+		ex := fftest.ReadExec(t, pool, 4, id)
+		if ex.LifecyclePhase != "terminal" || ex.PublicState != "completed" || ex.RawFields["lease_expired_at_ms"] != nil {
+			t.Fatalf("terminal exec changed: %+v", ex)
+		}
+		if att := fftest.ReadAttempt(t, pool, 4, id, 0); att.LeaseExpiresAtMs != nil {
+			t.Fatal("lease not released")
+		}
+		if n := len(fftest.LeaseEvents(t, pool, id)); n != 1 {
+			t.Fatalf("%d events; want 1", n)
+		}
+	})
+
+	t.Run("MissingExecutionWritesEventWithNullTenant", func(t *testing.T) {
+		id := fftest.NewUUID()
+		fftest.InsertAttempt(t, pool, 5, id, 1, fftest.Ms(now-10))
+		res, err := store.ReleaseExpiredLease(ctx, pool, 5, id, 1, now)
+		if err != nil || !res.Released || !res.ExecMissing {
+			t.Fatalf("result = %+v, %v; want released, exec missing", res, err)
+		}
+		evs := fftest.LeaseEvents(t, pool, id)
+		if len(evs) != 1 || evs[0].Namespace != nil || evs[0].InstanceTag != nil {
+			t.Fatalf("events = %+v; want one with NULL namespace and tag", evs)
+		}
+	})
+
+	t.Run("MalformedRawFieldsAreKept", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 6, RawFields: "not an object"})
+		fftest.InsertAttempt(t, pool, 6, id, 0, fftest.Ms(now-10))
+		res, err := store.ReleaseExpiredLease(ctx, pool, 6, id, 0, now)
+		if err != nil || !res.Released || !res.ExecFlipped || !res.RawFieldsMalformed {
+			t.Fatalf("result = %+v, %v; want released, flipped, raw_fields malformed", res, err)
+		}
+		if ex := fftest.ReadExec(t, pool, 6, id); ex.RawFieldsText != `"not an object"` {
+			t.Fatalf("raw_fields = %s; want it kept", ex.RawFieldsText)
+		}
+	})
+}
+
+// TestReleaseRechecksUnderLock proves the re-check happens under the row
+// lock: a renewal that holds the attempt row when the release starts, and
+// commits while the release waits on the lock, wins, and the release becomes
+// a no-op instead of overwriting the fresh lease.
+func TestReleaseRechecksUnderLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(2_000_000)
+
+	id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 9})
+	fftest.InsertAttempt(t, pool, 9, id, 0, fftest.Ms(now-1))
+
+	renew, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer renew.Rollback(ctx) //nolint:errcheck
+	if _, err := renew.Exec(ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $1 WHERE partition_key = 9 AND execution_id = $2`,
+		now+30_000, id); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan store.ReleaseResult, 1)
+	errc := make(chan error, 1)
+	go func() {
+		res, err := store.ReleaseExpiredLease(ctx, pool, 9, id, 0, now)
+		if err != nil {
+			errc <- err
+			return
+		}
+		done <- res
+	}()
+
+	// Wait until the release is blocked on the renewal's row lock.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := fftest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ff_attempt%'`)
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("release never waited on the row lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := renew.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if res.Released {
+			t.Fatalf("release overwrote a renewed lease: %+v", res)
+		}
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("release did not finish")
+	}
+	if att := fftest.ReadAttempt(t, pool, 9, id, 0); att.LeaseExpiresAtMs == nil || *att.LeaseExpiresAtMs != now+30_000 {
+		t.Fatalf("lease = %v; want the renewal's %d", att.LeaseExpiresAtMs, now+30_000)
+	}
+	if n := len(fftest.LeaseEvents(t, pool, id)); n != 0 {
+		t.Fatalf("%d events; want 0", n)
+	}
+}
+
+func TestScanExpiredLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(3_000_000)
+
+	// Partition 11: three due rows (one per tenant), one not due.
+	a := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "a", Tags: map[string]string{"cairn.instance_id": "i1"}})
+	b := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "b"})
+	missing := fftest.NewUUID() // attempt without an execution row
+	notDue := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "a"})
+	fftest.InsertAttempt(t, pool, 11, a, 0, fftest.Ms(now-300))
+	fftest.InsertAttempt(t, pool, 11, b, 0, fftest.Ms(now-200))
+	fftest.InsertAttempt(t, pool, 11, missing, 0, fftest.Ms(now-100))
+	fftest.InsertAttempt(t, pool, 11, notDue, 0, fftest.Ms(now+100))
+	// Partition 12: one due row; partition 13: none due.
+	c := fftest.InsertExec(t, pool, fftest.Exec{Partition: 12, Namespace: "a"})
+	fftest.InsertAttempt(t, pool, 12, c, 0, fftest.Ms(now-1))
+	d := fftest.InsertExec(t, pool, fftest.Exec{Partition: 13})
+	fftest.InsertAttempt(t, pool, 13, d, 0, nil)
+
+	ids := func(ls []store.ExpiredLease) []string {
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.ExecutionID)
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		filter store.Filter
+		after  *store.After
+		limit  int
+		want   []string
+		parts  []int16
+	}{
+		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, missing}, parts: []int16{11, 12}},
+		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{11, 12}},
+		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a, N: 0}, want: []string{b, missing}, parts: []int16{11, 12}},
+		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{11}},
+		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
+		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := store.ScanExpiredLeases(ctx, pool, 11, now, tt.after, tt.limit, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids(got), tt.want) {
+				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
+			}
+			parts, err := store.DueLeasePartitions(ctx, pool, now, 256, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(parts, tt.parts) {
+				t.Fatalf("due partitions = %v; want %v", parts, tt.parts)
+			}
+		})
+	}
+
+	t.Run("PartitionCountLimitsTheProbe", func(t *testing.T) {
+		parts, err := store.DueLeasePartitions(ctx, pool, now, 12, store.Filter{})
+		if err != nil || !slices.Equal(parts, []int16{11}) {
+			t.Fatalf("due partitions with 12 partitions = %v, %v; want [11]", parts, err)
+		}
+	})
+}

@@ -1,0 +1,98 @@
+// Package store holds every SQL statement the reconcilers run against the
+// FlowFabric ff_* tables. It knows nothing of River: workers call it with a
+// pool or a transaction.
+//
+// Each scan states the index it relies on; each row action is one statement
+// whose data-modifying CTEs re-check the row's condition in the UPDATE's
+// WHERE clause. Under READ COMMITTED an UPDATE locks the row and re-evaluates
+// its WHERE clause against the newest committed version before changing it,
+// which is the same guarantee as SELECT … FOR UPDATE followed by a check, in
+// one round trip. A second run of the same action finds the condition false
+// and changes nothing.
+package store
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what store functions need: *pgxpool.Pool, *pgx.Conn and pgx.Tx all
+// satisfy it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// NowMs is the current time in epoch milliseconds, FlowFabric's time unit.
+func NowMs() int64 { return time.Now().UnixMilli() }
+
+// Filter is FlowFabric's ScannerFilter: it limits a fleet to one tenant. A
+// row passes when its execution's raw_fields namespace equals Namespace (if
+// set) and raw_fields tags[TagKey] equals TagValue (if TagKey is set). A
+// missing execution row never passes a non-empty filter.
+type Filter struct {
+	Namespace string
+	TagKey    string
+	TagValue  string
+}
+
+// Empty reports whether the filter lets every row through.
+func (f Filter) Empty() bool { return f.Namespace == "" && f.TagKey == "" }
+
+// ParseInstanceTag parses KEY=VALUE into a filter's tag half.
+func ParseInstanceTag(s string) (key, value string, err error) {
+	key, value, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return "", "", fmt.Errorf("instance tag %q: want KEY=VALUE, e.g. cairn.instance_id=worker-7", s)
+	}
+	return key, value, nil
+}
+
+// sql appends the filter's conditions on the execution row aliased e,
+// numbering its parameters after those already in args, and returns the
+// extended args. The values are always bound, never interpolated.
+func (f Filter) sql(args []any) (string, []any) {
+	var b strings.Builder
+	if f.Namespace != "" {
+		args = append(args, f.Namespace)
+		fmt.Fprintf(&b, " AND e.raw_fields->>'namespace' = $%d", len(args))
+	}
+	if f.TagKey != "" {
+		args = append(args, f.TagKey, f.TagValue)
+		fmt.Fprintf(&b, " AND e.raw_fields->'tags'->>$%d = $%d", len(args)-1, len(args))
+	}
+	return b.String(), args
+}
+
+// After is a keyset position in a scan's order: rows strictly after it are
+// returned. Its fields mean what the scan's order says.
+type After struct {
+	AtMs int64
+	ID   string
+	ID2  string
+	N    int32
+}
+
+// partitionsSQL turns a per-partition probe (which refers to the partition
+// as s.p) into the single query a tick runs. LATERAL … LIMIT 1 makes the plan
+// a nested loop: for each partition the probe runs with its key bound, prunes
+// at run time to one hash child and reads the first entry of a partial index.
+// The cost is 256 index probes whatever the number of not-due rows, and a
+// partition with a backlog costs one row, not its backlog.
+func partitionsSQL(probe string) string {
+	return `SELECT s.p FROM (SELECT g::smallint AS p FROM generate_series(0, $1::int - 1) AS g) AS s
+	 CROSS JOIN LATERAL (` + probe + ` LIMIT 1) AS due`
+}
+
+func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int16])
+}

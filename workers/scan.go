@@ -1,0 +1,122 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// scanSpec describes one reconciler's partition scan: how to read a batch of
+// due rows and how to turn each into a row job.
+type scanSpec[Row any] struct {
+	name string
+	// scan reads up to limit due rows of a partition in a total order.
+	scan func(ctx context.Context, db store.DB, partition int16, nowMs int64, after *store.After, limit int, f store.Filter) ([]Row, error)
+	// key is the row job's unique key within its kind.
+	key func(Row) string
+	// rowJob builds the row job's args.
+	rowJob func(partition int16, r Row) river.JobArgs
+	// cursor is the scan position of a row, to continue after it.
+	cursor func(r Row) jobs.ScanCursor
+	// next builds the continuation scan's args.
+	next func(partition int16, after *jobs.ScanCursor) river.JobArgs
+}
+
+func toStoreAfter(c *jobs.ScanCursor) *store.After {
+	if c == nil {
+		return nil
+	}
+	return &store.After{AtMs: c.AtMs, ID: c.ID, ID2: c.ID2, N: c.N}
+}
+
+// runScan enqueues one row job per due row of a partition, in one
+// transaction with, when the batch came back full, the scan's own completion
+// and its continuation (after the batch's last row). Completing the running
+// scan first frees its unique slot, so the continuation is not skipped as a
+// duplicate of itself.
+//
+// A continuation is only enqueued when the batch inserted at least one new
+// row job: a full batch of rows whose jobs are all still queued means an
+// earlier scan already walked this stretch, and walking on would re-offer the
+// whole backlog every tick. Rows beyond are reached by a later tick once the
+// queued ones are done.
+func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanSpec[Row], job *river.Job[S], partition int16, after *jobs.ScanCursor) error {
+	c := d.cfg.Stats.For(spec.name)
+	limit := d.cfg.BatchSize
+	rows, err := spec.scan(ctx, d.cfg.Pool, partition, store.NowMs(), toStoreAfter(after), limit, d.cfg.Filter)
+	if err != nil {
+		c.Errors.Add(1)
+		return err
+	}
+	c.Scans.Add(1)
+	c.Examined.Add(int64(len(rows)))
+	if len(rows) == 0 {
+		return nil
+	}
+
+	// River fails a whole batch when two of its jobs share a unique key,
+	// so duplicates (impossible under the tables' primary keys, but cheap to
+	// rule out) are dropped here first.
+	seen := make(map[string]struct{}, len(rows))
+	params := make([]river.InsertManyParams, 0, len(rows))
+	for _, r := range rows {
+		k := spec.key(r)
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		params = append(params, river.InsertManyParams{Args: spec.rowJob(partition, r)})
+	}
+
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	tx, err := d.cfg.Pool.Begin(ctx)
+	if err != nil {
+		c.Errors.Add(1)
+		return fmt.Errorf("%s scan of partition %d: begin: %w", spec.name, partition, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		c.Errors.Add(1)
+		return fmt.Errorf("%s scan of partition %d: enqueue %d row jobs: %w", spec.name, partition, len(params), err)
+	}
+	inserted := 0
+	for _, r := range res {
+		if !r.UniqueSkippedAsDuplicate {
+			inserted++
+		}
+	}
+
+	continued := false
+	if len(rows) >= limit && inserted > 0 {
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			c.Errors.Add(1)
+			return fmt.Errorf("%s scan of partition %d: complete before continuing: %w", spec.name, partition, err)
+		}
+		cur := spec.cursor(rows[len(rows)-1])
+		if _, err := client.InsertTx(ctx, tx, spec.next(partition, &cur), nil); err != nil {
+			c.Errors.Add(1)
+			return fmt.Errorf("%s scan of partition %d: enqueue continuation: %w", spec.name, partition, err)
+		}
+		continued = true
+	}
+	if err := tx.Commit(ctx); err != nil {
+		c.Errors.Add(1)
+		return fmt.Errorf("%s scan of partition %d: commit: %w", spec.name, partition, err)
+	}
+	c.Enqueued.Add(int64(inserted))
+	c.AlreadyQueued.Add(int64(len(params) - inserted))
+	if continued {
+		c.Continuations.Add(1)
+	}
+	d.log().Debug("partition scanned", "reconciler", spec.name, "partition", partition,
+		"due_rows", len(rows), "enqueued", inserted, "already_queued", len(params)-inserted, "continued", continued)
+	return nil
+}

@@ -1,0 +1,94 @@
+package workers
+
+import (
+	"github.com/flowfabric/ffreconcile/jobs"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Reconciler names, used in logs, counters and metrics.
+const (
+	LeaseExpiry       = jobs.ReconcilerLeaseExpiry
+	SuspensionTimeout = jobs.ReconcilerSuspensionTimeout
+	DelayedPromotion  = jobs.ReconcilerDelayedPromotion
+	CancelDispatch    = jobs.ReconcilerCancelDispatch
+	CancelReconcile   = jobs.ReconcilerCancelReconcile
+)
+
+// Counters are what one reconciler did in this process since it started.
+type Counters struct {
+	Ticks         atomic.Int64 // ticks run
+	PartitionsDue atomic.Int64 // partitions found holding due rows, summed over ticks
+	Scans         atomic.Int64 // partition scans run
+	Continuations atomic.Int64 // scans that enqueued their own continuation
+	Examined      atomic.Int64 // due rows read by scans
+	Enqueued      atomic.Int64 // row jobs inserted
+	AlreadyQueued atomic.Int64 // row jobs skipped: an unfinished job for the row exists
+	Applied       atomic.Int64 // row actions that changed the row
+	NoOps         atomic.Int64 // row actions whose row no longer qualified
+	Skipped       atomic.Int64 // rows skipped as malformed (with a warning)
+	Errors        atomic.Int64 // ticks, scans or row actions that returned an error
+}
+
+// Snapshot is a copy of Counters for reporting.
+type Snapshot struct {
+	Ticks         int64 `json:"ticks"`
+	PartitionsDue int64 `json:"partitions_due"`
+	Scans         int64 `json:"scans"`
+	Continuations int64 `json:"continuations"`
+	Examined      int64 `json:"examined"`
+	Enqueued      int64 `json:"enqueued"`
+	AlreadyQueued int64 `json:"already_queued"`
+	Applied       int64 `json:"applied"`
+	NoOps         int64 `json:"noops"`
+	Skipped       int64 `json:"skipped"`
+	Errors        int64 `json:"errors"`
+}
+
+// Snapshot copies the counters.
+func (c *Counters) Snapshot() Snapshot {
+	return Snapshot{
+		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), Scans: c.Scans.Load(),
+		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(),
+		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
+		Skipped: c.Skipped.Load(), Errors: c.Errors.Load(),
+	}
+}
+
+// Stats holds the counters of every reconciler.
+type Stats struct {
+	mu sync.Mutex
+	m  map[string]*Counters
+}
+
+// NewStats returns empty stats.
+func NewStats() *Stats { return &Stats{m: map[string]*Counters{}} }
+
+// For returns the counters of one reconciler, creating them on first use.
+func (s *Stats) For(name string) *Counters {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.m[name]
+	if !ok {
+		c = &Counters{}
+		s.m[name] = c
+	}
+	return c
+}
+
+// Snapshot copies every reconciler's counters, keyed by name.
+func (s *Stats) Snapshot() map[string]Snapshot {
+	s.mu.Lock()
+	names := make([]string, 0, len(s.m))
+	for n := range s.m {
+		names = append(names, n)
+	}
+	s.mu.Unlock()
+	sort.Strings(names)
+	out := make(map[string]Snapshot, len(names))
+	for _, n := range names {
+		out[n] = s.For(n).Snapshot()
+	}
+	return out
+}
