@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -63,8 +66,56 @@ func newHTTPHandler(ctx context.Context, f *fleet.Fleet, rc *runConfig, logger *
 		if err := ui.Start(ctx); err != nil {
 			return nil, fmt.Errorf("start river UI: %w", err)
 		}
-		mux.Handle("/riverui/", ui)
+		var h http.Handler = ui
+		if rc.uiReadOnly {
+			h = readOnly(h)
+		}
+		if rc.uiUser != "" {
+			h = basicAuth(h, rc.uiUser, rc.uiPassword)
+		}
+		mux.Handle("/riverui/", h)
 		mux.Handle("GET /{$}", http.RedirectHandler("/riverui/", http.StatusFound))
 	}
 	return mux, nil
+}
+
+// basicAuth protects River UI and its API: they can cancel, delete and retry
+// jobs and pause queues, and River UI has no authentication of its own.
+// Comparing hashes in constant time keeps the check from leaking the
+// password's length or prefix through timing.
+func basicAuth(next http.Handler, user, password string) http.Handler {
+	wantUser := sha256.Sum256([]byte(user))
+	wantPass := sha256.Sum256([]byte(password))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotUser := sha256.Sum256([]byte(u))
+		gotPass := sha256.Sum256([]byte(p))
+		userOK := subtle.ConstantTimeCompare(gotUser[:], wantUser[:]) == 1
+		passOK := subtle.ConstantTimeCompare(gotPass[:], wantPass[:]) == 1
+		if !ok || !userOK || !passOK {
+			w.Header().Set("WWW-Authenticate", `Basic realm="River UI", charset="UTF-8"`)
+			http.Error(w, "authentication required", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// readOnly refuses every River UI API call that changes something (all of
+// them use POST, PUT or PATCH; reads use GET).
+func readOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			next.ServeHTTP(w, r)
+			return
+		}
+		if strings.Contains(r.URL.Path, "/api/") {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprintln(w, `{"message":"River UI is read-only on this worker (--ui-read-only)"}`)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

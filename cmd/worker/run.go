@@ -27,6 +27,9 @@ type runConfig struct {
 	httpAddr        string
 	shutdownTimeout time.Duration
 	ui              bool
+	uiUser          string
+	uiPassword      string // never logged
+	uiReadOnly      bool
 }
 
 func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
@@ -34,6 +37,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		rc          runConfig
 		reconcilers []string
 		instanceTag string
+		uiAuth      string
 		intervals   = map[string]*time.Duration{}
 	)
 	fc := &rc.fleet
@@ -42,6 +46,8 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.String(&fc.RiverSchema, "river-schema", "FF_RIVER_SCHEMA", fleet.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&rc.httpAddr, "http-addr", "FF_HTTP_ADDR", "127.0.0.1:8080", "address for River UI and health endpoints (empty disables HTTP)")
 	f.Bool(&rc.ui, "ui", "FF_UI", true, "serve River UI at /riverui/")
+	f.Secret(&uiAuth, "ui-auth", "FF_UI_AUTH", "protect River UI and its API with HTTP basic auth, given as USER:PASSWORD (never logged)")
+	f.Bool(&rc.uiReadOnly, "ui-read-only", "FF_UI_READ_ONLY", false, "refuse every River UI API call that changes jobs or queues")
 	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
 		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(jobs.Reconcilers, ", ")+" (default all)")
 	for _, name := range jobs.Reconcilers {
@@ -73,6 +79,13 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 			return nil, usageError{err}
 		}
 		fc.Filter.TagKey, fc.Filter.TagValue = k, v
+	}
+	if uiAuth != "" {
+		u, p, ok := strings.Cut(uiAuth, ":")
+		if !ok || u == "" || p == "" {
+			return nil, badUsage("--ui-auth: want USER:PASSWORD with both parts non-empty")
+		}
+		rc.uiUser, rc.uiPassword = u, p
 	}
 	if len(reconcilers) == 0 {
 		reconcilers = workers.Implemented()
@@ -125,7 +138,12 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	fc.Logger = logger
 	logger.Info("starting worker", "database", dbconn.Redact(fc.DatabaseURL), "river_schema", fc.RiverSchema,
 		"reconcilers", enabledList(fc.Reconcilers), "namespace", fc.Filter.Namespace,
-		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr)
+		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr,
+		"ui", rc.ui, "ui_auth", rc.uiUser != "", "ui_read_only", rc.uiReadOnly)
+	if rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {
+		logger.Warn("River UI is served without authentication on a non-loopback address; anyone who reaches it can cancel, delete and retry jobs (set --ui-auth or --ui-read-only)",
+			"http_addr", rc.httpAddr)
+	}
 
 	f, err := fleet.New(ctx, fc)
 	if err != nil {
@@ -196,4 +214,17 @@ func uiURL(addr string, ui bool) string {
 		return ""
 	}
 	return "http://" + addr + "/riverui/"
+}
+
+// isLoopback reports whether addr (host:port) listens on loopback only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
