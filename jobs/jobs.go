@@ -151,6 +151,9 @@ type LeaseReleaseArgs struct {
 	Partition    int16  `json:"partition" river:"unique"`
 	ExecutionID  string `json:"execution_id" river:"unique"`
 	AttemptIndex int32  `json:"attempt_index" river:"unique"`
+	// DeadlineMs is the lease expiry the scan saw, for the lateness metric;
+	// not part of the unique key.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 
 // Kind implements river.JobArgs.

@@ -50,7 +50,7 @@ var leaseScan = &scanSpec[store.ExpiredLease]{
 		return l.ExecutionID + "/" + strconv.Itoa(int(l.AttemptIndex))
 	},
 	rowJob: func(p int16, l store.ExpiredLease) river.JobArgs {
-		return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: l.ExecutionID, AttemptIndex: l.AttemptIndex}
+		return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: l.ExecutionID, AttemptIndex: l.AttemptIndex, DeadlineMs: l.ExpiresAtMs}
 	},
 	cursor: func(l store.ExpiredLease) jobs.ScanCursor {
 		return jobs.ScanCursor{AtMs: l.ExpiresAtMs, ID: l.ExecutionID, N: l.AttemptIndex}
@@ -98,9 +98,11 @@ func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.Lease
 	if !res.Released {
 		c.NoOps.Add(1)
 		log.Debug("lease no longer expired; nothing to do")
+		jobLog(ctx).Info("lease no longer expired under lock; nothing changed", "partition", a.Partition,
+			"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex)
 		return nil
 	}
-	c.Applied.Add(1)
+	w.d.applied(LeaseExpiry, a.DeadlineMs)
 	switch {
 	case res.ExecMissing:
 		log.Warn("released expired lease of an attempt whose execution row is missing", "event_id", res.EventID)
@@ -109,5 +111,8 @@ func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.Lease
 	default:
 		log.Debug("released expired lease", "execution_flipped", res.ExecFlipped, "event_id", res.EventID)
 	}
+	jobLog(ctx).Info("released expired lease", "partition", a.Partition, "execution_id", a.ExecutionID,
+		"attempt_index", a.AttemptIndex, "execution_flipped", res.ExecFlipped, "execution_missing", res.ExecMissing,
+		"lease_event_id", res.EventID)
 	return nil
 }

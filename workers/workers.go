@@ -27,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -59,7 +60,20 @@ type Config struct {
 	Logger *slog.Logger
 	// Stats receives the counters; nil allocates one.
 	Stats *Stats
+	// Observer receives lateness measurements; nil discards them.
+	Observer Observer
 }
+
+// Observer receives measurements the counters cannot carry.
+type Observer interface {
+	// Lateness reports, for an applied row action, the time from the row's
+	// deadline (as the scan saw it) to the action's commit.
+	Lateness(reconciler string, d time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Lateness(string, time.Duration) {}
 
 func (c *Config) setDefaults() {
 	if c.BatchSize <= 0 {
@@ -73,6 +87,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Stats == nil {
 		c.Stats = NewStats()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 }
 
@@ -159,6 +176,27 @@ type deps struct {
 }
 
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }
+
+// applied records an applied row action and its lateness when the row job
+// carried the deadline it was scanned with.
+func (d *deps) applied(reconciler string, deadlineMs int64) {
+	d.cfg.Stats.For(reconciler).Applied.Add(1)
+	if deadlineMs > 0 {
+		d.cfg.Observer.Lateness(reconciler, time.Since(time.UnixMilli(deadlineMs)))
+	}
+}
+
+// jobLog returns the logger whose output River keeps with the job (shown in
+// River UI) when the riverlog middleware is installed, else one that
+// discards: the process log already has the debug line.
+func jobLog(ctx context.Context) *slog.Logger {
+	if l, ok := riverlog.LoggerSafely(ctx); ok {
+		return l
+	}
+	return discardLogger
+}
+
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // fanOut inserts one scan job per due partition. Scans are unique per
 // partition among unfinished jobs, so partitions whose scan is still queued

@@ -18,7 +18,8 @@ import (
 )
 
 // newHTTPHandler serves River UI under /riverui/, liveness at /healthz,
-// readiness at /readyz and the reconcilers' counters at /stats.
+// readiness at /readyz, the reconcilers' counters at /stats and Prometheus
+// metrics at /metrics.
 func newHTTPHandler(ctx context.Context, f *fleet.Fleet, rc *runConfig, logger *slog.Logger, ready *atomic.Bool) (http.Handler, error) {
 	mux := http.NewServeMux()
 
@@ -53,6 +54,9 @@ func newHTTPHandler(ctx context.Context, f *fleet.Fleet, rc *runConfig, logger *
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(f.Workers.Stats().Snapshot())
 	})
+
+	// /metrics: Prometheus.
+	mux.Handle("GET /metrics", f.Metrics.Handler())
 
 	if rc.ui {
 		ui, err := riverui.NewHandler(&riverui.HandlerOpts{

@@ -68,6 +68,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
 	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")
 	f.String(&fc.ClientID, "client-id", "FF_CLIENT_ID", "", "name of this process in River (default: derived from the host name)")
+	f.Bool(&fc.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "do not keep a per-job log line (shown in River UI) for row actions")
 	f.Bool(&fc.PollOnly, "poll-only", "FF_POLL_ONLY", false, "poll instead of LISTEN/NOTIFY (behind a transaction-mode pooler)")
 	if err := f.parse(args, stdout); err != nil {
 		return nil, err

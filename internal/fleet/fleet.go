@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -15,8 +16,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/riverlog"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/metrics"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/periodic"
@@ -64,6 +68,9 @@ type Config struct {
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
+	// DisableJobLogs turns off the per-job logs River UI shows (riverlog):
+	// each row job then stores nothing in its metadata.
+	DisableJobLogs bool
 
 	Logger *slog.Logger
 }
@@ -87,6 +94,7 @@ type Fleet struct {
 	WorkPool  *pgxpool.Pool // the reconcilers' SQL
 	Client    *river.Client[pgx.Tx]
 	Workers   *workers.Set
+	Metrics   *metrics.Metrics
 }
 
 func (c *Config) setDefaults() {
@@ -218,17 +226,31 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
+	stats := workers.NewStats()
+	f.Metrics = metrics.New(metrics.Config{
+		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
+	})
 	set, err := workers.New(workers.Config{
 		Pool:           f.WorkPool,
 		Filter:         cfg.Filter,
 		BatchSize:      cfg.BatchSize,
 		PartitionCount: cfg.PartitionCount,
 		Logger:         cfg.Logger,
+		Stats:          stats,
+		Observer:       f.Metrics,
 	})
 	if err != nil {
 		return err
 	}
 	f.Workers = set
+	middleware := []rivertype.Middleware{f.Metrics.Middleware()}
+	if !cfg.DisableJobLogs {
+		// Row workers write one line per action to the job's own log, kept
+		// in its metadata (capped) and shown in River UI.
+		middleware = append(middleware, riverlog.NewMiddleware(func(w io.Writer) slog.Handler {
+			return slog.NewTextHandler(w, nil)
+		}, &riverlog.MiddlewareConfig{MaxSizeBytes: 4096}))
+	}
 	client, err := river.NewClient(riverpgxv5.New(f.RiverPool), &river.Config{
 		Schema: cfg.RiverSchema,
 		ID:     cfg.ClientID,
@@ -244,6 +266,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
 		CompletedJobRetentionPeriod: cfg.CompletedJobRetention,
 		Hooks:                       set.Hooks(),
+		Middleware:                  middleware,
 		PeriodicJobs:                periodicJobs,
 		PollOnly:                    cfg.PollOnly,
 		Workers:                     set.Workers(),

@@ -1,0 +1,114 @@
+package metrics_test
+
+import (
+	"io"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/metrics"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	return string(body)
+}
+
+// value returns the value of the sample whose name and labels match.
+func value(t *testing.T, body, sample string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` ([0-9.e+-]+)$`)
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMetricsFollowTheWork(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	now := store.NowMs()
+	const n = 5
+	for i := range n {
+		id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: int16(i)})
+		fftest.InsertAttempt(t, db.Pool, int16(i), id, 0, fftest.Ms(now-2000))
+	}
+
+	// Before any worker runs: the gauge sees the due rows.
+	idle := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema})
+	body := scrape(t, idle)
+	if v := value(t, body, `ffreconcile_due_rows{reconciler="lease_expiry"}`); v != n {
+		t.Fatalf("due_rows before work = %v; want %d\n%s", v, n, body)
+	}
+	if v := value(t, body, `ffreconcile_actions_applied_total{reconciler="lease_expiry"}`); v != 0 {
+		t.Fatalf("actions_applied before work = %v; want 0", v)
+	}
+	if v := value(t, body, `ffreconcile_database_up`); v != 1 {
+		t.Fatalf("database_up = %v", v)
+	}
+
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry)})
+	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
+		left := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
+		return left == 0, fleettest.Statusf("%d left", left)
+	})
+	fleettest.WaitFor(t, 10*time.Second, "release jobs completed", func() (bool, string) {
+		c := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindLeaseRelease)
+		return c == n, fleettest.Statusf("%d completed", c)
+	})
+
+	body = scrape(t, f.Metrics)
+	checks := map[string]float64{
+		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                 n,
+		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:               n,
+		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                   n,
+		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                          0,
+		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                n,
+		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                              0,
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",state="completed"}`:     n,
+		`ffreconcile_job_duration_seconds_count{reconciler="lease_expiry",step="row"}`: n,
+	}
+	for sample, want := range checks {
+		if got := value(t, body, sample); got != want {
+			t.Errorf("%s = %v; want %v", sample, got, want)
+		}
+	}
+	if v := value(t, body, `ffreconcile_tick_duration_seconds_count{reconciler="lease_expiry"}`); v < 1 {
+		t.Errorf("tick_duration count = %v; want at least one tick", v)
+	}
+	// Lateness is at least the 2 s the leases were overdue when seeded.
+	if v := value(t, body, `ffreconcile_lateness_seconds_bucket{reconciler="lease_expiry",le="1"}`); v != 0 {
+		t.Errorf("%v actions reported lateness under 1 s for leases 2 s overdue", v)
+	}
+	if !strings.Contains(body, "# HELP ffreconcile_actions_noop_total") {
+		t.Error("no-op counter undocumented")
+	}
+
+	// Each release job keeps its own log line for River UI.
+	var logged int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT count(*) FROM river.river_job WHERE kind = $1
+		AND metadata->'river:log'->0->>'log' LIKE '%released expired lease%'`, jobs.KindLeaseRelease).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if logged != n {
+		t.Fatalf("%d release jobs carry a job log line; want %d", logged, n)
+	}
+}
