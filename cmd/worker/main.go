@@ -30,7 +30,7 @@ func commands() []command {
 	return []command{
 		{"run", "run the reconcilers as River workers, with River UI and health endpoints", runCommand},
 		{"migrate", "create River's tables and, with --ff-schema, FlowFabric's ff_* tables", migrateCommand},
-		// lease-history is added when its command lands.
+		{"lease-history", "print (or --follow) lease events from ff_lease_event", leaseHistoryCommand},
 	}
 }
 
