@@ -194,3 +194,29 @@ func Count(t testing.TB, db store.DB, sql string, args ...any) int {
 
 // Str returns a pointer to s.
 func Str(s string) *string { return &s }
+
+// Delayed returns an execution parked by FlowFabric's attempt::delay():
+// runnable, unowned, not_eligible_until_time, public state delayed, with
+// deadline_at_ms holding its delay-until.
+func Delayed(partition int16, delayUntilMs int64) Exec {
+	return Exec{Partition: partition, LifecyclePhase: "runnable", OwnershipState: "unowned",
+		EligibilityState: "not_eligible_until_time", PublicState: "delayed", AttemptState: "pending_retry_attempt",
+		DeadlineAtMs: Ms(delayUntilMs)}
+}
+
+// ExecJSON reads a whole ff_exec_core row as a JSON object (column name to
+// value), so a test can check that an action changed only what it should.
+func ExecJSON(t testing.TB, db store.DB, partition int16, id string) map[string]any {
+	t.Helper()
+	var text string
+	err := db.QueryRow(context.Background(),
+		`SELECT to_jsonb(e)::text FROM ff_exec_core e WHERE partition_key = $1 AND execution_id = $2`, partition, id).Scan(&text)
+	if err != nil {
+		t.Fatalf("read ff_exec_core %d/%s: %v", partition, id, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(text), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}

@@ -1,0 +1,366 @@
+package store_test
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+func TestPromoteDelayed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(5_000_000)
+
+	t.Run("DueIsPromotedWithTheSeedsValuesOnly", func(t *testing.T) {
+		e := fftest.Delayed(7, now-1)
+		e.Namespace, e.Tags = "tenant-a", map[string]string{"cairn.instance_id": "i-1"}
+		id := fftest.InsertExec(t, pool, e)
+		before := fftest.ExecJSON(t, pool, 7, id)
+
+		res, err := store.PromoteDelayed(ctx, pool, 7, id, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Outcome != store.PromotePromoted || !res.Promoted() {
+			t.Fatalf("result = %+v; want promoted", res)
+		}
+		after := fftest.ExecJSON(t, pool, 7, id)
+		if after["eligibility_state"] != "eligible_now" || after["deadline_at_ms"] != nil {
+			t.Fatalf("eligibility_state = %v, deadline_at_ms = %v; want eligible_now, NULL", after["eligibility_state"], after["deadline_at_ms"])
+		}
+		// Everything else, public_state "delayed" included, is as the seed
+		// leaves it: untouched.
+		for _, k := range []string{"eligibility_state", "deadline_at_ms"} {
+			delete(before, k)
+			delete(after, k)
+		}
+		if !maps.EqualFunc(before, after, func(a, b any) bool { return jsonEqual(a, b) }) {
+			t.Fatalf("other columns changed:\nbefore %v\nafter  %v", before, after)
+		}
+
+		// A second run (the job ran twice) changes nothing.
+		res, err = store.PromoteDelayed(ctx, pool, 7, id, now+5)
+		if err != nil || res.Outcome != store.PromoteWrongEligibility || res.EligibilityState != "eligible_now" {
+			t.Fatalf("second run = %+v, %v; want a wrong-eligibility no-op", res, err)
+		}
+	})
+
+	t.Run("DeadlineEqualToNowIsDue", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Delayed(8, now))
+		if res, err := store.PromoteDelayed(ctx, pool, 8, id, now); err != nil || !res.Promoted() {
+			t.Fatalf("result = %+v, %v; want promoted (the seed's <=)", res, err)
+		}
+	})
+
+	noops := []struct {
+		name string
+		exec fftest.Exec
+		want store.PromoteOutcome
+	}{
+		{"NotDueYet", fftest.Delayed(9, now+1), store.PromoteNotDue},
+		{"NullDelayUntil", func() fftest.Exec { e := fftest.Delayed(9, 0); e.DeadlineAtMs = nil; return e }(), store.PromoteNotDue},
+		// An active row's deadline_at_ms is its execution deadline (the
+		// overloaded column): never promoted.
+		{"ActiveRowPastItsExecutionDeadline", fftest.Exec{Partition: 9, EligibilityState: "not_eligible_until_time", DeadlineAtMs: fftest.Ms(now - 10)}, store.PromoteWrongPhase},
+		{"RunnableButEligibleNow", func() fftest.Exec { e := fftest.Delayed(9, now-10); e.EligibilityState = "eligible_now"; return e }(), store.PromoteWrongEligibility},
+		{"RunnableButBlocked", func() fftest.Exec {
+			e := fftest.Delayed(9, now-10)
+			e.EligibilityState = "blocked_by_dependencies"
+			return e
+		}(), store.PromoteWrongEligibility},
+	}
+	for _, tt := range noops {
+		t.Run(tt.name, func(t *testing.T) {
+			id := fftest.InsertExec(t, pool, tt.exec)
+			before := fftest.ExecJSON(t, pool, 9, id)
+			res, err := store.PromoteDelayed(ctx, pool, 9, id, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Outcome != tt.want {
+				t.Fatalf("outcome = %q (%+v); want %q", res.Outcome, res, tt.want)
+			}
+			if res.LifecyclePhase != tt.exec.LifecyclePhase && !(tt.exec.LifecyclePhase == "" && res.LifecyclePhase == "active") {
+				t.Fatalf("reported phase %q; want the row's", res.LifecyclePhase)
+			}
+			if after := fftest.ExecJSON(t, pool, 9, id); !maps.EqualFunc(before, after, func(a, b any) bool { return jsonEqual(a, b) }) {
+				t.Fatalf("no-op changed the row:\nbefore %v\nafter  %v", before, after)
+			}
+		})
+	}
+
+	t.Run("NotDueReportsTheDelayUntil", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Delayed(10, now+1234))
+		res, err := store.PromoteDelayed(ctx, pool, 10, id, now)
+		if err != nil || res.DeadlineAtMs == nil || *res.DeadlineAtMs != now+1234 {
+			t.Fatalf("result = %+v, %v; want deadline %d reported", res, err, now+1234)
+		}
+	})
+
+	t.Run("Missing", func(t *testing.T) {
+		res, err := store.PromoteDelayed(ctx, pool, 10, fftest.NewUUID(), now)
+		if err != nil || res.Outcome != store.PromoteMissing || res.LifecyclePhase != "" || res.DeadlineAtMs != nil {
+			t.Fatalf("result = %+v, %v; want missing", res, err)
+		}
+	})
+
+	t.Run("SamePartitionOtherExecutionUntouched", func(t *testing.T) {
+		a := fftest.InsertExec(t, pool, fftest.Delayed(11, now-1))
+		b := fftest.InsertExec(t, pool, fftest.Delayed(11, now-1))
+		if res, err := store.PromoteDelayed(ctx, pool, 11, a, now); err != nil || !res.Promoted() {
+			t.Fatalf("result = %+v, %v", res, err)
+		}
+		if ex := fftest.ReadExec(t, pool, 11, b); ex.EligibilityState != "not_eligible_until_time" {
+			t.Fatalf("another execution was promoted: %+v", ex)
+		}
+	})
+}
+
+// jsonEqual compares two decoded JSON values.
+func jsonEqual(a, b any) bool {
+	switch av := a.(type) {
+	case map[string]any:
+		bv, ok := b.(map[string]any)
+		return ok && maps.EqualFunc(av, bv, jsonEqual)
+	case []any:
+		bv, ok := b.([]any)
+		return ok && slices.EqualFunc(av, bv, jsonEqual)
+	default:
+		return a == b
+	}
+}
+
+// TestPromoteRechecksUnderLock: a transaction that re-delays the execution
+// holds its row when the promotion starts and commits while the promotion
+// waits on the lock; the promotion sees the new delay-until and changes
+// nothing, reporting the race.
+func TestPromoteRechecksUnderLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(6_000_000)
+	id := fftest.InsertExec(t, pool, fftest.Delayed(12, now-1))
+
+	redelay, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redelay.Rollback(ctx) //nolint:errcheck
+	if _, err := redelay.Exec(ctx, `UPDATE ff_exec_core SET deadline_at_ms = $1 WHERE partition_key = 12 AND execution_id = $2`,
+		now+60_000, id); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		res store.PromoteResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := store.PromoteDelayed(ctx, pool, 12, id, now)
+		done <- result{res, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for fftest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ff_exec_core%'`) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("promotion never waited on the row lock")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := redelay.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.res.Outcome != store.PromoteRaced {
+			t.Fatalf("result = %+v; want %q", r.res, store.PromoteRaced)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("promotion did not finish")
+	}
+	ex := fftest.ReadExec(t, pool, 12, id)
+	if ex.EligibilityState != "not_eligible_until_time" || ex.DeadlineAtMs == nil || *ex.DeadlineAtMs != now+60_000 {
+		t.Fatalf("exec = %+v; want the re-delay kept", ex)
+	}
+}
+
+func TestScanDuePromotions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(7_000_000)
+
+	ins := func(e fftest.Exec, ns, tag string) string {
+		e.Namespace = ns
+		if tag != "" {
+			e.Tags = map[string]string{"cairn.instance_id": tag}
+		}
+		return fftest.InsertExec(t, pool, e)
+	}
+	// Partition 21: three due rows (oldest first: a, b, c), c's deadline
+	// exactly now; plus rows that must never be returned.
+	a := ins(fftest.Delayed(21, now-300), "a", "i1")
+	b := ins(fftest.Delayed(21, now-200), "b", "")
+	c := ins(fftest.Delayed(21, now), "a", "i2")
+	ins(fftest.Delayed(21, now+1), "a", "i1")                                                                                   // not due
+	ins(fftest.Exec{Partition: 21, EligibilityState: "not_eligible_until_time", DeadlineAtMs: fftest.Ms(now - 500)}, "a", "i1") // active past its execution deadline
+	ins(func() fftest.Exec { e := fftest.Delayed(21, now-400); e.EligibilityState = "eligible_now"; return e }(), "a", "i1")
+	// Partition 22: one due row; partition 23: only a not-due one.
+	ins(fftest.Delayed(22, now-1), "a", "i1")
+	ins(fftest.Delayed(23, now+100), "a", "i1")
+
+	ids := func(ps []store.DuePromotion) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.ExecutionID)
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		filter store.Filter
+		after  *store.After
+		limit  int
+		want   []string
+		parts  []int16
+	}{
+		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, c}, parts: []int16{21, 22}},
+		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{21, 22}},
+		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a}, want: []string{b, c}, parts: []int16{21, 22}},
+		{name: "AfterLast", limit: 10, after: &store.After{AtMs: now, ID: c}, want: nil, parts: []int16{21, 22}},
+		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{21}},
+		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i2"}, limit: 10, want: []string{c}, parts: []int16{21}},
+		{name: "NamespaceAndTag", filter: store.Filter{Namespace: "a", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{21, 22}},
+		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := store.ScanDuePromotions(ctx, pool, 21, now, tt.after, tt.limit, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids(got), tt.want) {
+				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
+			}
+			parts, err := store.DuePromotionPartitions(ctx, pool, now, 256, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(parts, tt.parts) {
+				t.Fatalf("partitions = %v; want %v", parts, tt.parts)
+			}
+		})
+	}
+	t.Run("ReportsDeadlines", func(t *testing.T) {
+		got, err := store.ScanDuePromotions(ctx, pool, 21, now, nil, 1, store.Filter{})
+		if err != nil || len(got) != 1 || got[0].DeadlineAtMs != now-300 {
+			t.Fatalf("scan = %+v, %v; want a at %d", got, err, now-300)
+		}
+	})
+}
+
+// explainDB runs every query it is given as EXPLAIN, keeps the plan and
+// returns no rows, so a test can see the plan of a store function's exact SQL
+// with its exact parameters.
+type explainDB struct {
+	store.DB
+	plans []string
+}
+
+func (d *explainDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	rows, err := d.DB.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS OFF, TIMING OFF, SUMMARY OFF) "+sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	d.plans = append(d.plans, strings.Join(lines, "\n"))
+	return d.DB.Query(ctx, `SELECT NULL::text, NULL::bigint WHERE false`)
+}
+
+func (d *explainDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return d.DB.Exec(ctx, sql, args...)
+}
+
+// TestPromotionScansUseTheDeadlineIndex: in a partition of 50,000
+// executions whose deadline is still ahead (plus a few past theirs), the
+// scan and the partition probe read the partial deadline index, touching
+// only rows whose deadline has passed.
+func TestPromotionScansUseTheDeadlineIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(8_000_000)
+	const p = 33
+	// 50,000 delayed rows not yet due, 200 active rows past their execution
+	// deadline, 5 due delayed rows.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		       eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms)
+		SELECT $1, gen_random_uuid(), 'default', ph, 'unowned', el, 'delayed', 'pending', 1, d
+		  FROM (SELECT 'runnable' AS ph, 'not_eligible_until_time' AS el, $2::bigint + 1 + g AS d FROM generate_series(1, 50000) g
+		        UNION ALL SELECT 'active', 'not_applicable', $2::bigint - g FROM generate_series(1, 200) g
+		        UNION ALL SELECT 'runnable', 'not_eligible_until_time', $2::bigint - 1000 - g FROM generate_series(1, 5) g) rows`,
+		p, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE ff_exec_core`); err != nil {
+		t.Fatal(err)
+	}
+
+	ex := &explainDB{DB: pool}
+	if _, err := store.ScanDuePromotions(ctx, ex, p, now, nil, 1000, store.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.ScanDuePromotions(ctx, ex, p, now, &store.After{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.DuePromotionPartitions(ctx, ex, now, 256, store.Filter{}); err != nil {
+		t.Fatal(err)
+	}
+	var child string
+	if err := pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM ff_exec_core WHERE partition_key = $1 LIMIT 1`, p).Scan(&child); err != nil {
+		t.Fatal(err)
+	}
+	want := "Index Scan using " + child + "_partition_key_deadline_at_ms_idx on " + child
+	for i, plan := range ex.plans {
+		if !strings.Contains(plan, want) {
+			t.Errorf("plan %d does not read %s's deadline index:\n%s", i, child, plan)
+		}
+		// The probe's plan covers all 256 children; empty ones may be
+		// planned as (never executed or empty) sequential scans.
+		if i < 2 {
+			t.Logf("plan %d:\n%s", i, plan)
+			if strings.Contains(plan, "Seq Scan") {
+				t.Errorf("plan %d scans sequentially:\n%s", i, plan)
+			}
+		}
+	}
+	if !strings.Contains(ex.plans[1], "deadline_at_ms >= ") {
+		t.Errorf("the continuation does not start inside the index:\n%s", ex.plans[1])
+	}
+	// The first scan reads the 205 rows whose deadline passed, not 50,205.
+	if !strings.Contains(ex.plans[0], "Rows Removed by Filter: 200") {
+		t.Errorf("scan plan does not show the 200 active rows filtered after the index range:\n%s", ex.plans[0])
+	}
+}
