@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/periodic"
 	"github.com/flowfabric/ffreconcile/store"
@@ -68,6 +69,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
 	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")
 	f.String(&fc.ClientID, "client-id", "FF_CLIENT_ID", "", "name of this process in River (default: derived from the host name)")
+	f.Bool(&fc.Tracing, "otel", "FF_OTEL", false, "OpenTelemetry spans for River jobs and SQL, exported as the standard OTEL_* variables say (OTLP by default)")
 	f.Bool(&fc.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "do not keep a per-job log line (shown in River UI) for row actions")
 	f.Bool(&fc.PollOnly, "poll-only", "FF_POLL_ONLY", false, "poll instead of LISTEN/NOTIFY (behind a transaction-mode pooler)")
 	if err := f.parse(args, stdout); err != nil {
@@ -146,6 +148,19 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 			"http_addr", rc.httpAddr)
 	}
 
+	if fc.Tracing {
+		shutdown, err := tracing.Setup(ctx, "ffreconcile-worker")
+		if err != nil {
+			return err
+		}
+		defer func() {
+			flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := shutdown(flushCtx); err != nil {
+				logger.Warn("flush OpenTelemetry spans", "error", err)
+			}
+		}()
+	}
 	f, err := fleet.New(ctx, fc)
 	if err != nil {
 		return err

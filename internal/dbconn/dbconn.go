@@ -80,6 +80,8 @@ type Options struct {
 	AppName string
 	// RuntimeParams are extra session settings.
 	RuntimeParams map[string]string
+	// Tracer, when set, traces every statement (OpenTelemetry).
+	Tracer pgx.QueryTracer
 }
 
 // Validate checks that dsn parses, without connecting.
@@ -108,6 +110,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	}
 	for k, v := range opts.RuntimeParams {
 		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = opts.Tracer
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 10 * time.Second

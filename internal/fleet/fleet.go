@@ -21,6 +21,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/metrics"
+	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/periodic"
@@ -68,6 +69,9 @@ type Config struct {
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
+	// Tracing adds OpenTelemetry spans for River jobs and SQL statements to
+	// the global tracer provider (see internal/tracing).
+	Tracing bool
 	// DisableJobLogs turns off the per-job logs River UI shows (riverlog):
 	// each row job then stores nothing in its metadata.
 	DisableJobLogs bool
@@ -188,14 +192,18 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 
 	// River's pool serves the producers' fetches, the batch completer,
 	// leader election and the notifier's LISTEN connection.
-	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river"})
+	var tracer pgx.QueryTracer
+	if cfg.Tracing {
+		tracer = tracing.QueryTracer()
+	}
+	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river", Tracer: tracer})
 	if err != nil {
 		return nil, err
 	}
 	// One work connection per concurrent row action, plus room for scans
 	// and ticks.
 	workPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
-		MaxConns: int32(min(cfg.RowWorkers+controlWorkers, 200)), AppName: "ffreconcile-work",
+		MaxConns: int32(min(cfg.RowWorkers+controlWorkers, 200)), AppName: "ffreconcile-work", Tracer: tracer,
 		RuntimeParams: map[string]string{
 			// pgx prepares every statement, and after five runs Postgres
 			// may switch it to a generic plan. On Postgres 15 a generic plan
@@ -244,6 +252,9 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	}
 	f.Workers = set
 	middleware := []rivertype.Middleware{f.Metrics.Middleware()}
+	if cfg.Tracing {
+		middleware = append(middleware, tracing.RiverMiddleware())
+	}
 	if !cfg.DisableJobLogs {
 		// Row workers write one line per action to the job's own log, kept
 		// in its metadata (capped) and shown in River UI.
