@@ -118,7 +118,8 @@ func New(cfg Config) (*Set, error) {
 
 // registrars adds each reconciler's tick, scan and row workers.
 var registrars = map[string]func(*river.Workers, *deps) error{
-	LeaseExpiry: registerLeaseExpiry,
+	LeaseExpiry:      registerLeaseExpiry,
+	DelayedPromotion: registerDelayedPromotion,
 }
 
 // Implemented lists the reconcilers this package has workers for, in the

@@ -1,0 +1,149 @@
+package workers
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// Snoozing of promotions that run before their execution's delay-until. An
+// ad-hoc promotion's "at" may be a little early (clock skew between services,
+// a delay-until rounded down) or the execution may have been re-delayed since
+// the job was queued. Such a job re-schedules itself for the delay-until, so a
+// scheduled promotion happens on time even where no sweep runs, instead of
+// completing as a no-op and leaving the execution to the next sweep. Both
+// bounds keep a job from lingering: a delay-until further away than
+// MaxPromoteSnooze, or a job already snoozed MaxPromoteSnoozes times (an
+// execution re-delayed again and again), is left to the sweep. River does not
+// count snoozes as attempts.
+const (
+	MaxPromoteSnooze  = time.Hour
+	MaxPromoteSnoozes = 10
+)
+
+func registerDelayedPromotion(ws *river.Workers, d *deps) error {
+	if err := river.AddWorkerSafely(ws, &delayedPromotionTickWorker{d: d}); err != nil {
+		return err
+	}
+	if err := river.AddWorkerSafely(ws, &delayedPromotionScanWorker{d: d}); err != nil {
+		return err
+	}
+	return river.AddWorkerSafely(ws, &promoteWorker{d: d})
+}
+
+// delayedPromotionTickWorker finds the partitions holding delayed executions
+// whose delay has elapsed and enqueues one scan for each. FlowFabric's
+// Postgres backend has no such sweep (only a per-execution call); without it
+// a delayed execution whose promotion nobody scheduled would stay delayed.
+type delayedPromotionTickWorker struct {
+	river.WorkerDefaults[jobs.DelayedPromotionTickArgs]
+	d *deps
+}
+
+func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTickArgs]) time.Duration {
+	return TickTimeout
+}
+
+func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
+	parts, err := store.DuePromotionPartitions(ctx, w.d.cfg.Pool, store.NowMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	if err != nil {
+		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
+		return err
+	}
+	return fanOut(ctx, w.d, DelayedPromotion, parts, func(p int16) jobs.DelayedPromotionScanArgs {
+		return jobs.DelayedPromotionScanArgs{Partition: p}
+	})
+}
+
+// promotionScan enqueues the same PromoteArgs other services use, in the
+// partition + execution_id form and without "at", so a sweep and an ad-hoc
+// promotion of that form for the same execution share one unique key.
+var promotionScan = &scanSpec[store.DuePromotion]{
+	name: DelayedPromotion,
+	scan: store.ScanDuePromotions,
+	key:  func(p store.DuePromotion) string { return p.ExecutionID },
+	rowJob: func(partition int16, p store.DuePromotion) river.JobArgs {
+		return jobs.PromoteArgs{Partition: &partition, ExecutionID: p.ExecutionID}
+	},
+	cursor: func(p store.DuePromotion) jobs.ScanCursor {
+		return jobs.ScanCursor{AtMs: p.DeadlineAtMs, ID: p.ExecutionID}
+	},
+	next: func(partition int16, after *jobs.ScanCursor) river.JobArgs {
+		return jobs.DelayedPromotionScanArgs{Partition: partition, After: after}
+	},
+}
+
+// delayedPromotionScanWorker enqueues one promotion per due delayed
+// execution of a partition.
+type delayedPromotionScanWorker struct {
+	river.WorkerDefaults[jobs.DelayedPromotionScanArgs]
+	d *deps
+}
+
+func (w *delayedPromotionScanWorker) Timeout(*river.Job[jobs.DelayedPromotionScanArgs]) time.Duration {
+	return ScanTimeout
+}
+
+func (w *delayedPromotionScanWorker) Work(ctx context.Context, job *river.Job[jobs.DelayedPromotionScanArgs]) error {
+	return runScan(ctx, w.d, promotionScan, job, job.Args.Partition, job.Args.After)
+}
+
+// promoteWorker promotes one delayed execution: the sweep's row job and the
+// ad-hoc promotion other services enqueue.
+type promoteWorker struct {
+	river.WorkerDefaults[jobs.PromoteArgs]
+	d *deps
+}
+
+func (w *promoteWorker) Timeout(*river.Job[jobs.PromoteArgs]) time.Duration { return RowTimeout }
+
+func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArgs]) error {
+	c := w.d.cfg.Stats.For(DelayedPromotion)
+	target, err := job.Args.Target()
+	if err != nil {
+		// The work-begin hook cancels invalid args before Work runs; this
+		// only guards a client configured without the fleet's hooks.
+		c.Skipped.Add(1)
+		return river.JobCancel(err)
+	}
+	now := store.NowMs()
+	res, err := store.PromoteDelayed(ctx, w.d.cfg.Pool, target.Partition, target.UUID, now)
+	if err != nil {
+		c.Errors.Add(1)
+		return err
+	}
+	log := w.d.log().With("reconciler", DelayedPromotion, "execution", target.String(), "job_id", job.ID)
+	if res.Promoted() {
+		c.Applied.Add(1)
+		log.Debug("promoted delayed execution to eligible_now")
+		return nil
+	}
+	c.NoOps.Add(1)
+	if res.Outcome == store.PromoteNotDue && res.DeadlineAtMs != nil {
+		wait := time.Duration(*res.DeadlineAtMs-now) * time.Millisecond
+		snoozes := snoozeCount(job.Metadata)
+		if wait <= MaxPromoteSnooze && snoozes < MaxPromoteSnoozes {
+			log.Debug("execution not due yet; snoozing until its delay-until",
+				"deadline_at_ms", *res.DeadlineAtMs, "snooze", wait, "snoozes", snoozes)
+			return river.JobSnooze(wait)
+		}
+	}
+	log.Debug("nothing to promote", "outcome", string(res.Outcome), "lifecycle_phase", res.LifecyclePhase,
+		"eligibility_state", res.EligibilityState, "deadline_at_ms", res.DeadlineAtMs)
+	return nil
+}
+
+// snoozeCount is the number of times River recorded the job as snoozed, in
+// its metadata's "snoozes"; unreadable metadata counts as none.
+func snoozeCount(metadata []byte) int64 {
+	var m struct {
+		Snoozes int64 `json:"snoozes"`
+	}
+	_ = json.Unmarshal(metadata, &m)
+	return m.Snoozes
+}
