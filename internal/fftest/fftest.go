@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -219,4 +220,159 @@ func ExecJSON(t testing.TB, db store.DB, partition int16, id string) map[string]
 		t.Fatal(err)
 	}
 	return m
+}
+
+// Suspension is an ff_suspension_current row. Zero fields take defaults: a
+// fresh suspension id, suspended at 1, condition {}, member_map {}.
+type Suspension struct {
+	Partition   int16
+	ExecutionID string
+	TimeoutAtMs *int64
+	// Behavior is timeout_behavior; nil stores NULL (which means fail).
+	Behavior *string
+	// MemberMap is stored as JSON; nil stores {}.
+	MemberMap any
+}
+
+// InsertSuspension inserts s.
+func InsertSuspension(t testing.TB, db store.DB, s Suspension) {
+	t.Helper()
+	mm := s.MemberMap
+	if mm == nil {
+		mm = map[string]any{}
+	}
+	mmJSON, err := json.Marshal(mm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(context.Background(), `
+		INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
+		       timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
+		VALUES ($1, $2, $3, 1, $4, 'test', '{}'::jsonb, $5::jsonb, $6)`,
+		s.Partition, s.ExecutionID, NewUUID(), s.TimeoutAtMs, string(mmJSON), s.Behavior)
+	if err != nil {
+		t.Fatalf("insert ff_suspension_current: %v", err)
+	}
+}
+
+// SuspensionRow is what tests read back from ff_suspension_current.
+type SuspensionRow struct {
+	TimeoutAtMs   *int64
+	Behavior      *string
+	MemberMapText string
+	MemberMap     any
+}
+
+// ReadSuspension reads one suspension; ok is false when the row is missing.
+func ReadSuspension(t testing.TB, db store.DB, partition int16, execID string) (r SuspensionRow, ok bool) {
+	t.Helper()
+	err := db.QueryRow(context.Background(), `
+		SELECT timeout_at_ms, timeout_behavior, member_map::text FROM ff_suspension_current
+		 WHERE partition_key = $1 AND execution_id = $2`, partition, execID).
+		Scan(&r.TimeoutAtMs, &r.Behavior, &r.MemberMapText)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return SuspensionRow{}, false
+	}
+	if err != nil {
+		t.Fatalf("read ff_suspension_current %d/%s: %v", partition, execID, err)
+	}
+	_ = json.Unmarshal([]byte(r.MemberMapText), &r.MemberMap)
+	return r, true
+}
+
+// CompletionEvent is one ff_completion_event row.
+type CompletionEvent struct {
+	EventID      int64
+	Partition    int16
+	ExecutionID  string
+	FlowID       *string
+	Outcome      string
+	Namespace    *string
+	InstanceTag  *string
+	OccurredAtMs int64
+}
+
+// CompletionEvents returns the completion events of an execution, oldest
+// first.
+func CompletionEvents(t testing.TB, db store.DB, execID string) []CompletionEvent {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `
+		SELECT event_id, partition_key, execution_id::text, flow_id::text, outcome, namespace, instance_tag, occurred_at_ms
+		  FROM ff_completion_event WHERE execution_id = $1 ORDER BY event_id`, execID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CompletionEvent, error) {
+		var e CompletionEvent
+		err := r.Scan(&e.EventID, &e.Partition, &e.ExecutionID, &e.FlowID, &e.Outcome, &e.Namespace, &e.InstanceTag, &e.OccurredAtMs)
+		return e, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+// EdgeGroup is an ff_edge_group row with the pending-cancel columns.
+type EdgeGroup struct {
+	Partition     int16
+	FlowID        string
+	DownstreamEID string
+	Flag          bool
+	Members       []string // stored as given; nil stores {}
+}
+
+// InsertEdgeGroup inserts g.
+func InsertEdgeGroup(t testing.TB, db store.DB, g EdgeGroup) {
+	t.Helper()
+	members := g.Members
+	if members == nil {
+		members = []string{}
+	}
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
+		       cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, '{"kind":"any_of","on_satisfied":"cancel_remaining"}'::jsonb, 1, $4, $5)`,
+		g.Partition, g.FlowID, g.DownstreamEID, g.Flag, members)
+	if err != nil {
+		t.Fatalf("insert ff_edge_group: %v", err)
+	}
+}
+
+// EdgeGroupRow is what tests read back from ff_edge_group.
+type EdgeGroupRow struct {
+	Flag    bool
+	Members []string
+}
+
+// ReadEdgeGroup reads one edge group; it fails the test when it is missing.
+func ReadEdgeGroup(t testing.TB, db store.DB, partition int16, flowID, downstreamEID string) EdgeGroupRow {
+	t.Helper()
+	var r EdgeGroupRow
+	err := db.QueryRow(context.Background(), `
+		SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members FROM ff_edge_group
+		 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`, partition, flowID, downstreamEID).
+		Scan(&r.Flag, &r.Members)
+	if err != nil {
+		t.Fatalf("read ff_edge_group %d/%s/%s: %v", partition, flowID, downstreamEID, err)
+	}
+	return r
+}
+
+// InsertPendingCancel inserts an ff_pending_cancel_groups row.
+func InsertPendingCancel(t testing.TB, db store.DB, partition int16, flowID, downstreamEID string, enqueuedAtMs int64) {
+	t.Helper()
+	_, err := db.Exec(context.Background(), `
+		INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+		VALUES ($1, $2, $3, $4)`, partition, flowID, downstreamEID, enqueuedAtMs)
+	if err != nil {
+		t.Fatalf("insert ff_pending_cancel_groups: %v", err)
+	}
+}
+
+// PendingCancelExists reports whether a pending cancel group row exists.
+func PendingCancelExists(t testing.TB, db store.DB, partition int16, flowID, downstreamEID string) bool {
+	t.Helper()
+	return Count(t, db, `SELECT count(*) FROM ff_pending_cancel_groups
+		 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`, partition, flowID, downstreamEID) > 0
 }

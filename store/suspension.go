@@ -1,0 +1,245 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DueSuspensionPartitions returns the partitions (0..partitionCount-1)
+// holding at least one suspension whose timeout lapsed before nowMs and whose
+// execution passes f. Index: ff_suspension_current (partition_key,
+// timeout_at_ms) WHERE timeout_at_ms IS NOT NULL, one probe per partition.
+func DueSuspensionPartitions(ctx context.Context, db DB, nowMs int64, partitionCount int, f Filter) ([]int16, error) {
+	args := []any{partitionCount, nowMs}
+	from, cond := `ff_suspension_current su`, ""
+	if !f.Empty() {
+		cond, args = f.sql(args)
+		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
+	}
+	probe := `SELECT 1 FROM ` + from + ` WHERE su.partition_key = s.p
+	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2` + cond
+	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
+	if err != nil {
+		return nil, fmt.Errorf("find partitions with timed-out suspensions: %w", err)
+	}
+	return parts, nil
+}
+
+// ExpiredSuspension is one suspension whose timeout has lapsed.
+type ExpiredSuspension struct {
+	ExecutionID string
+	TimeoutAtMs int64
+}
+
+// ScanExpiredSuspensions returns up to limit suspensions of one partition
+// whose timeout lapsed before nowMs, oldest first (then by execution, so the
+// order is total and a scan can continue after any row), skipping rows whose
+// execution does not pass f (a missing execution never passes a non-empty
+// filter). Index: ff_suspension_current (partition_key, timeout_at_ms) WHERE
+// timeout_at_ms IS NOT NULL; the cost is O(due rows), not O(table).
+//
+// The scan does not read the timeout behaviour: the row action reads it
+// under the row lock, so a behaviour changed since the scan is honoured.
+func ScanExpiredSuspensions(ctx context.Context, db DB, partition int16, nowMs int64, after *After, limit int, f Filter) ([]ExpiredSuspension, error) {
+	args := []any{partition, nowMs, limit}
+	cond := ""
+	if after != nil {
+		args = append(args, after.AtMs, after.ID)
+		cond = ` AND (su.timeout_at_ms, su.execution_id) > ($4, $5::uuid)`
+	}
+	from := `ff_suspension_current su`
+	if !f.Empty() {
+		var fc string
+		fc, args = f.sql(args)
+		cond += fc
+		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
+	}
+	rows, err := db.Query(ctx, `
+		SELECT su.execution_id::text, su.timeout_at_ms
+		  FROM `+from+`
+		 WHERE su.partition_key = $1
+		   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2`+cond+`
+		 ORDER BY su.timeout_at_ms, su.execution_id
+		 LIMIT $3`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("scan timed-out suspensions in partition %d: %w", partition, err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredSuspension, error) {
+		var s ExpiredSuspension
+		err := r.Scan(&s.ExecutionID, &s.TimeoutAtMs)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("scan timed-out suspensions in partition %d: %w", partition, err)
+	}
+	return out, nil
+}
+
+// Timeout behaviours, as stored in ff_suspension_current.timeout_behavior.
+const (
+	TimeoutFail       = "fail" // also what NULL and unknown values mean
+	TimeoutCancel     = "cancel"
+	TimeoutExpire     = "expire"
+	TimeoutEscalate   = "escalate"
+	TimeoutAutoResume = "auto_resume_with_timeout_signal"
+)
+
+// SuspensionExpireResult says what ExpireSuspension did.
+type SuspensionExpireResult struct {
+	// Applied: the suspension still existed with a lapsed timeout under its
+	// row lock, and its behaviour was applied. False means a signal, a
+	// resume or a timeout change got there first: nothing changed.
+	Applied bool
+	// Behavior is the stored timeout_behavior read under the lock ("" for
+	// NULL).
+	Behavior string
+	// Action is the behaviour applied: one of the Timeout* constants. NULL
+	// and unknown behaviours are applied as TimeoutFail.
+	Action string
+	// UnknownBehavior: Behavior is none of the known values and was applied
+	// as fail.
+	UnknownBehavior bool
+
+	// Terminal actions (every action but TimeoutAutoResume).
+
+	// ExecMissing: no ff_exec_core row exists for the suspension. The
+	// suspension was deleted but, as in FlowFabric, no completion event was
+	// written (its INSERT … SELECT reads the execution row).
+	ExecMissing bool
+	// RawFieldsMalformed: the execution's raw_fields is not a JSON object;
+	// the lifecycle columns were set but raw_fields was kept as it was
+	// instead of being turned into an array.
+	RawFieldsMalformed bool
+	// Outcome is the completion event's outcome: cancelled or expired.
+	Outcome string
+	// EventID is the ff_completion_event row written (0 when ExecMissing).
+	EventID int64
+
+	// Auto-resume.
+
+	// TimeoutSignals is the number of entries in member_map.__timeout__
+	// after the append (0 when the signal was dropped).
+	TimeoutSignals int
+	// MemberMapReplaced holds the previous member_map (JSON text) when it
+	// was not an object and was replaced by a new one, as the seed does.
+	MemberMapReplaced string
+	// TimeoutEntryNotArray holds the JSON type of member_map.__timeout__
+	// when it exists but is not an array. As in the seed, the value is kept
+	// and the timeout signal is dropped; the timeout is still cleared.
+	TimeoutEntryNotArray string
+}
+
+// expireSuspensionSQL is the seed's expire_one transaction as one statement.
+// Parameters: $1 partition, $2 execution id, $3 now (ms).
+//
+//   - sus locks the suspension and re-checks its deadline. Under READ
+//     COMMITTED, SELECT … FOR UPDATE waits for a concurrent writer and then
+//     re-evaluates its WHERE clause against the newest committed version: a
+//     signal that deleted the row, or a timeout cleared or moved to the
+//     future, makes it return nothing, and then nothing else happens. The
+//     behaviour and member_map are read from that locked version. The later
+//     CTEs reach the row only through sus, so they run after the lock is
+//     taken.
+//   - resume appends the synthetic timeout signal to member_map.__timeout__
+//     and clears timeout_at_ms, so the row never fires again;
+//   - del deletes the suspension for the terminal behaviours;
+//   - ec makes the execution terminal as the seed writes it, whatever its
+//     state, keeping a raw_fields that is not an object unchanged;
+//   - ev writes the completion event from the execution row (none when it
+//     is missing, as the seed's INSERT … SELECT does), with namespace and
+//     instance tag copied from it, which FlowFabric leaves NULL.
+const expireSuspensionSQL = `
+WITH sus AS (
+    SELECT su.timeout_behavior, su.member_map,
+           CASE WHEN su.timeout_behavior = 'auto_resume_with_timeout_signal' THEN 'auto_resume_with_timeout_signal'
+                WHEN su.timeout_behavior IN ('fail', 'cancel', 'expire', 'escalate') THEN su.timeout_behavior
+                ELSE 'fail' END AS action
+      FROM ff_suspension_current su
+     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+       AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $3
+       FOR UPDATE
+), sig AS (
+    SELECT jsonb_build_array(jsonb_build_object(
+               'signal_name', 'timeout', 'payload', NULL,
+               'delivered_at_ms', $3::bigint, 'source', 'suspension_timeout')) AS entry
+), resume AS (
+    UPDATE ff_suspension_current su
+       SET member_map = CASE
+               WHEN jsonb_typeof(sus.member_map) <> 'object' THEN jsonb_build_object('__timeout__', sig.entry)
+               WHEN NOT sus.member_map ? '__timeout__' THEN sus.member_map || jsonb_build_object('__timeout__', sig.entry)
+               WHEN jsonb_typeof(sus.member_map->'__timeout__') = 'array'
+                   THEN jsonb_set(sus.member_map, '{__timeout__}', (sus.member_map->'__timeout__') || sig.entry)
+               ELSE sus.member_map END,
+           timeout_at_ms = NULL
+      FROM sus, sig
+     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+       AND sus.action = 'auto_resume_with_timeout_signal'
+    RETURNING su.member_map
+), del AS (
+    DELETE FROM ff_suspension_current su
+     USING sus
+     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+       AND sus.action <> 'auto_resume_with_timeout_signal'
+    RETURNING sus.action
+), ec AS (
+    UPDATE ff_exec_core e
+       SET lifecycle_phase = 'terminal',
+           ownership_state = 'unowned',
+           eligibility_state = 'not_applicable',
+           attempt_state = 'attempt_terminal',
+           terminal_at_ms = $3,
+           cancellation_reason = 'suspension_timeout_' || del.action,
+           raw_fields = CASE WHEN jsonb_typeof(e.raw_fields) = 'object'
+                             THEN e.raw_fields || jsonb_build_object('last_failure_message', 'suspension_timeout')
+                             ELSE e.raw_fields END
+      FROM del
+     WHERE e.partition_key = $1 AND e.execution_id = $2::uuid
+    RETURNING e.flow_id, e.raw_fields->>'namespace' AS namespace,
+              e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag,
+              jsonb_typeof(e.raw_fields) = 'object' AS raw_ok,
+              CASE WHEN del.action = 'cancel' THEN 'cancelled' ELSE 'expired' END AS outcome
+), ev AS (
+    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
+    SELECT $1, $2::uuid, ec.flow_id, ec.outcome, ec.namespace, ec.instance_tag, $3
+      FROM ec
+    RETURNING event_id
+)
+SELECT EXISTS (SELECT 1 FROM sus),
+       COALESCE((SELECT timeout_behavior FROM sus), ''),
+       COALESCE((SELECT action FROM sus), ''),
+       EXISTS (SELECT 1 FROM del) AND NOT EXISTS (SELECT 1 FROM ec),
+       COALESCE((SELECT NOT raw_ok FROM ec), false),
+       COALESCE((SELECT outcome FROM ec), ''),
+       COALESCE((SELECT event_id FROM ev), 0),
+       COALESCE((SELECT jsonb_array_length(member_map->'__timeout__') FROM resume
+                  WHERE jsonb_typeof(member_map->'__timeout__') = 'array'), 0),
+       COALESCE((SELECT member_map::text FROM sus
+                  WHERE action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(member_map) <> 'object'), ''),
+       COALESCE((SELECT jsonb_typeof(member_map->'__timeout__') FROM sus
+                  WHERE action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(member_map) = 'object'
+                    AND jsonb_typeof(member_map->'__timeout__') <> 'array'), '')`
+
+// ExpireSuspension applies the timeout behaviour of one suspension if, under
+// its row lock, it still exists with a timeout lapsed at nowMs. It runs in
+// one statement (one implicit transaction when db is a pool), so the check
+// and the change are atomic and a second call for the same suspension is a
+// no-op: the terminal behaviours delete the row and auto-resume clears its
+// timeout.
+//
+// One statement rather than a transaction with SELECT … FOR UPDATE: the
+// branches differ only in which data-modifying CTE matches, the outcome
+// comes back in the same round trip, and the package's other row actions
+// have the same shape.
+func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (SuspensionExpireResult, error) {
+	var r SuspensionExpireResult
+	err := db.QueryRow(ctx, expireSuspensionSQL, partition, executionID, nowMs).
+		Scan(&r.Applied, &r.Behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
+			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray)
+	if err != nil {
+		return SuspensionExpireResult{}, fmt.Errorf("expire suspension %d/%s: %w", partition, executionID, err)
+	}
+	r.UnknownBehavior = r.Applied && r.Behavior != "" && r.Behavior != r.Action
+	return r, nil
+}

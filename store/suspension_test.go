@@ -1,0 +1,454 @@
+package store_test
+
+import (
+	"context"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// TestExpireSuspensionTerminalBehaviours: every terminal behaviour (and NULL
+// and an unknown value, which mean fail) makes the execution terminal as the
+// seed writes it, deletes the suspension and writes one completion event
+// carrying the execution's flow, namespace and instance tag.
+func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(5_000_000)
+
+	tests := []struct {
+		name     string
+		behavior *string
+		action   string
+		outcome  string
+		unknown  bool
+	}{
+		{name: "NullIsFail", behavior: nil, action: "fail", outcome: "expired"},
+		{name: "Fail", behavior: fftest.Str("fail"), action: "fail", outcome: "expired"},
+		{name: "Cancel", behavior: fftest.Str("cancel"), action: "cancel", outcome: "cancelled"},
+		{name: "Expire", behavior: fftest.Str("expire"), action: "expire", outcome: "expired"},
+		{name: "Escalate", behavior: fftest.Str("escalate"), action: "escalate", outcome: "expired"},
+		{name: "UnknownIsFail", behavior: fftest.Str("explode"), action: "fail", outcome: "expired", unknown: true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := int16(20 + i)
+			flow := fftest.NewUUID()
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow, Namespace: "tenant-a",
+				LifecyclePhase: "suspended", OwnershipState: "unowned", EligibilityState: "not_applicable",
+				PublicState: "suspended", AttemptState: "attempt_interrupted",
+				Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id,
+				TimeoutAtMs: fftest.Ms(now - 1), Behavior: tt.behavior})
+
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Applied || res.Action != tt.action || res.UnknownBehavior != tt.unknown ||
+				res.ExecMissing || res.RawFieldsMalformed || res.Outcome != tt.outcome || res.EventID == 0 {
+				t.Fatalf("result = %+v; want applied %s, outcome %s, unknown %v, event written", res, tt.action, tt.outcome, tt.unknown)
+			}
+			ex := fftest.ReadExec(t, pool, p, id)
+			if ex.LifecyclePhase != "terminal" || ex.OwnershipState != "unowned" ||
+				ex.EligibilityState != "not_applicable" || ex.AttemptState != "attempt_terminal" {
+				t.Fatalf("exec = %+v; want terminal/unowned/not_applicable/attempt_terminal", ex)
+			}
+			if ex.PublicState != "suspended" {
+				t.Fatalf("public_state = %q; the seed leaves it alone", ex.PublicState)
+			}
+			if ex.TerminalAtMs == nil || *ex.TerminalAtMs != now {
+				t.Fatalf("terminal_at_ms = %v; want %d", ex.TerminalAtMs, now)
+			}
+			if want := "suspension_timeout_" + tt.action; ex.CancellationReason == nil || *ex.CancellationReason != want {
+				t.Fatalf("cancellation_reason = %v; want %s", ex.CancellationReason, want)
+			}
+			if ex.RawFields["last_failure_message"] != "suspension_timeout" || ex.RawFields["namespace"] != "tenant-a" {
+				t.Fatalf("raw_fields = %v; want last_failure_message added, namespace kept", ex.RawFields)
+			}
+			if _, ok := fftest.ReadSuspension(t, pool, p, id); ok {
+				t.Fatal("suspension row not deleted")
+			}
+			evs := fftest.CompletionEvents(t, pool, id)
+			if len(evs) != 1 {
+				t.Fatalf("%d completion events; want 1", len(evs))
+			}
+			ev := evs[0]
+			if ev.EventID != res.EventID || ev.Partition != p || ev.Outcome != tt.outcome || ev.OccurredAtMs != now ||
+				ev.FlowID == nil || *ev.FlowID != flow || ev.Namespace == nil || *ev.Namespace != "tenant-a" ||
+				ev.InstanceTag == nil || *ev.InstanceTag != "inst-1" {
+				t.Fatalf("event = %+v; want %s, flow %s, namespace tenant-a, tag inst-1, at now", ev, tt.outcome, flow)
+			}
+
+			// A second run (the job ran twice) changes nothing.
+			res, err = store.ExpireSuspension(ctx, pool, p, id, now+5)
+			if err != nil || res.Applied {
+				t.Fatalf("second run = %+v, %v; want no-op", res, err)
+			}
+			if n := len(fftest.CompletionEvents(t, pool, id)); n != 1 {
+				t.Fatalf("%d completion events after a second run; want 1", n)
+			}
+		})
+	}
+
+	t.Run("MissingExecutionWritesNoEvent", func(t *testing.T) {
+		id := fftest.NewUUID()
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 30, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+		res, err := store.ExpireSuspension(ctx, pool, 30, id, now)
+		if err != nil || !res.Applied || !res.ExecMissing || res.EventID != 0 {
+			t.Fatalf("result = %+v, %v; want applied, exec missing, no event", res, err)
+		}
+		if _, ok := fftest.ReadSuspension(t, pool, 30, id); ok {
+			t.Fatal("suspension row not deleted")
+		}
+		if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+			t.Fatalf("%d completion events; want 0, as the seed", n)
+		}
+	})
+
+	t.Run("MalformedRawFieldsAreKept", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 31, LifecyclePhase: "suspended", RawFields: []any{"x"}})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 31, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+		res, err := store.ExpireSuspension(ctx, pool, 31, id, now)
+		if err != nil || !res.Applied || !res.RawFieldsMalformed || res.EventID == 0 {
+			t.Fatalf("result = %+v, %v; want applied, raw_fields malformed, event written", res, err)
+		}
+		ex := fftest.ReadExec(t, pool, 31, id)
+		if ex.LifecyclePhase != "terminal" || ex.RawFieldsText != `["x"]` {
+			t.Fatalf("exec = %s, raw_fields %s; want terminal with raw_fields kept", ex.LifecyclePhase, ex.RawFieldsText)
+		}
+		evs := fftest.CompletionEvents(t, pool, id)
+		if len(evs) != 1 || evs[0].Namespace != nil || evs[0].InstanceTag != nil || evs[0].FlowID != nil {
+			t.Fatalf("events = %+v; want one with NULL flow, namespace and tag", evs)
+		}
+	})
+}
+
+// TestExpireSuspensionAutoResume: auto-resume appends a timeout signal to
+// member_map.__timeout__, clears the timeout and leaves the execution
+// suspended; a timeout set again later appends a second signal.
+func TestExpireSuspensionAutoResume(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(6_000_000)
+	auto := fftest.Str(store.TimeoutAutoResume)
+	suspended := func(p int16) fftest.Exec {
+		return fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
+			PublicState: "suspended", AttemptState: "attempt_interrupted"}
+	}
+	signal := func(at int64) map[string]any {
+		return map[string]any{"signal_name": "timeout", "payload": nil, "delivered_at_ms": float64(at), "source": "suspension_timeout"}
+	}
+	timeoutEntries := func(t *testing.T, p int16, id string) []any {
+		t.Helper()
+		su, ok := fftest.ReadSuspension(t, pool, p, id)
+		if !ok {
+			t.Fatal("suspension row deleted")
+		}
+		if su.TimeoutAtMs != nil {
+			t.Fatalf("timeout_at_ms = %d; want NULL", *su.TimeoutAtMs)
+		}
+		mm, _ := su.MemberMap.(map[string]any)
+		arr, _ := mm["__timeout__"].([]any)
+		return arr
+	}
+
+	t.Run("RepeatGrowsTheArray", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, suspended(40))
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 40, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+			Behavior: auto, MemberMap: map[string]any{"sig-a": map[string]any{"x": 1}}})
+		res, err := store.ExpireSuspension(ctx, pool, 40, id, now)
+		if err != nil || !res.Applied || res.Action != store.TimeoutAutoResume || res.TimeoutSignals != 1 ||
+			res.MemberMapReplaced != "" || res.TimeoutEntryNotArray != "" || res.EventID != 0 {
+			t.Fatalf("result = %+v, %v; want applied auto-resume with 1 signal, no event", res, err)
+		}
+		got := timeoutEntries(t, 40, id)
+		if len(got) != 1 || !reflect.DeepEqual(got[0], signal(now)) {
+			t.Fatalf("__timeout__ = %v; want [%v]", got, signal(now))
+		}
+		// The row never fires again while its timeout stays cleared.
+		if res, err := store.ExpireSuspension(ctx, pool, 40, id, now+10); err != nil || res.Applied {
+			t.Fatalf("re-run = %+v, %v; want no-op", res, err)
+		}
+
+		// A timeout set again fires again and appends.
+		if _, err := pool.Exec(ctx, `UPDATE ff_suspension_current SET timeout_at_ms = $1 WHERE partition_key = 40 AND execution_id = $2`,
+			now+50, id); err != nil {
+			t.Fatal(err)
+		}
+		res, err = store.ExpireSuspension(ctx, pool, 40, id, now+100)
+		if err != nil || !res.Applied || res.TimeoutSignals != 2 {
+			t.Fatalf("second timeout = %+v, %v; want applied with 2 signals", res, err)
+		}
+		got = timeoutEntries(t, 40, id)
+		if len(got) != 2 || !reflect.DeepEqual(got[0], signal(now)) || !reflect.DeepEqual(got[1], signal(now+100)) {
+			t.Fatalf("__timeout__ = %v; want both signals in order", got)
+		}
+		su, _ := fftest.ReadSuspension(t, pool, 40, id)
+		if mm := su.MemberMap.(map[string]any); mm["sig-a"] == nil {
+			t.Fatalf("member_map lost its other entries: %v", mm)
+		}
+		ex := fftest.ReadExec(t, pool, 40, id)
+		if ex.LifecyclePhase != "suspended" || ex.PublicState != "suspended" || ex.TerminalAtMs != nil {
+			t.Fatalf("exec = %+v; want it left suspended", ex)
+		}
+		if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+			t.Fatalf("%d completion events; want 0", n)
+		}
+	})
+
+	t.Run("NonObjectMemberMapIsReplaced", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, suspended(41))
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 41, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+			Behavior: auto, MemberMap: []any{"legacy"}})
+		res, err := store.ExpireSuspension(ctx, pool, 41, id, now)
+		if err != nil || !res.Applied || res.MemberMapReplaced != `["legacy"]` || res.TimeoutSignals != 1 {
+			t.Fatalf("result = %+v, %v; want applied, member_map [\"legacy\"] replaced, 1 signal", res, err)
+		}
+		if got := timeoutEntries(t, 41, id); len(got) != 1 {
+			t.Fatalf("__timeout__ = %v; want one signal", got)
+		}
+	})
+
+	t.Run("NonArrayTimeoutEntryIsKeptAndTheSignalDropped", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, suspended(42))
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 42, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+			Behavior: auto, MemberMap: map[string]any{"__timeout__": "odd"}})
+		res, err := store.ExpireSuspension(ctx, pool, 42, id, now)
+		if err != nil || !res.Applied || res.TimeoutEntryNotArray != "string" || res.TimeoutSignals != 0 {
+			t.Fatalf("result = %+v, %v; want applied, __timeout__ string kept, no signal", res, err)
+		}
+		su, _ := fftest.ReadSuspension(t, pool, 42, id)
+		if su.TimeoutAtMs != nil || su.MemberMapText != `{"__timeout__": "odd"}` {
+			t.Fatalf("suspension = timeout %v, member_map %s; want cleared, member_map kept", su.TimeoutAtMs, su.MemberMapText)
+		}
+	})
+}
+
+// TestExpireSuspensionResolvedIsLeftAlone: a suspension resolved between the
+// scan and the action (deleted by a signal, its timeout cleared or moved to
+// the future) is not touched.
+func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(7_000_000)
+
+	tests := []struct {
+		name    string
+		resolve string // run after the scan, before the action
+	}{
+		{name: "Deleted", resolve: `DELETE FROM ff_suspension_current WHERE partition_key = $1 AND execution_id = $2`},
+		{name: "TimeoutCleared", resolve: `UPDATE ff_suspension_current SET timeout_at_ms = NULL WHERE partition_key = $1 AND execution_id = $2`},
+		{name: "TimeoutMovedToTheFuture", resolve: `UPDATE ff_suspension_current SET timeout_at_ms = 99999999999 WHERE partition_key = $1 AND execution_id = $2`},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := int16(50 + i)
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended"})
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+			scanned, err := store.ScanExpiredSuspensions(ctx, pool, p, now, nil, 10, store.Filter{})
+			if err != nil || len(scanned) != 1 {
+				t.Fatalf("scan = %v, %v; want the row", scanned, err)
+			}
+			if _, err := pool.Exec(ctx, tt.resolve, p, id); err != nil {
+				t.Fatal(err)
+			}
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			if err != nil || res.Applied {
+				t.Fatalf("result = %+v, %v; want no-op", res, err)
+			}
+			if ex := fftest.ReadExec(t, pool, p, id); ex.LifecyclePhase != "suspended" {
+				t.Fatalf("exec changed: %+v", ex)
+			}
+			if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+				t.Fatalf("%d completion events; want 0", n)
+			}
+		})
+	}
+}
+
+// TestExpireSuspensionRechecksUnderLock proves the deadline and the
+// behaviour are read under the row lock: a writer holding the suspension row
+// when the action starts, and committing while the action waits on the lock,
+// decides what the action does.
+func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(8_000_000)
+
+	// hold runs change in a transaction, starts ExpireSuspension, waits until
+	// it blocks on the row lock, commits, and returns its result.
+	hold := func(t *testing.T, p int16, id, change string) store.SuspensionExpireResult {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck
+		if _, err := tx.Exec(ctx, change, p, id); err != nil {
+			t.Fatal(err)
+		}
+		type out struct {
+			res store.SuspensionExpireResult
+			err error
+		}
+		done := make(chan out, 1)
+		go func() {
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			done <- out{res, err}
+		}()
+		waitForLockWait(t, pool, "ff_suspension_current")
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case o := <-done:
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			return o.res
+		case <-time.After(10 * time.Second):
+			t.Fatal("action did not finish")
+		}
+		return store.SuspensionExpireResult{}
+	}
+
+	t.Run("ClearedTimeoutWins", func(t *testing.T) {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 60, LifecyclePhase: "suspended"})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 60, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+		res := hold(t, 60, id, `UPDATE ff_suspension_current SET timeout_at_ms = NULL WHERE partition_key = $1 AND execution_id = $2`)
+		if res.Applied {
+			t.Fatalf("action overrode a cleared timeout: %+v", res)
+		}
+		if ex := fftest.ReadExec(t, pool, 60, id); ex.LifecyclePhase != "suspended" {
+			t.Fatalf("exec = %s; want suspended", ex.LifecyclePhase)
+		}
+		if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+			t.Fatalf("%d completion events; want 0", n)
+		}
+	})
+
+	t.Run("BehaviourIsReadUnderTheLock", func(t *testing.T) {
+		// Scanned as fail; switched to auto-resume before the action got
+		// the lock: the action must auto-resume, not fail the execution.
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 61, LifecyclePhase: "suspended"})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 61, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+			Behavior: fftest.Str("fail"), MemberMap: map[string]any{"a": 1}})
+		res := hold(t, 61, id, `UPDATE ff_suspension_current
+			SET timeout_behavior = 'auto_resume_with_timeout_signal', member_map = '{"b": 2}'
+			WHERE partition_key = $1 AND execution_id = $2`)
+		if !res.Applied || res.Action != store.TimeoutAutoResume || res.TimeoutSignals != 1 {
+			t.Fatalf("result = %+v; want auto-resume applied", res)
+		}
+		su, ok := fftest.ReadSuspension(t, pool, 61, id)
+		if !ok {
+			t.Fatal("suspension deleted")
+		}
+		mm := su.MemberMap.(map[string]any)
+		if mm["b"] == nil || mm["a"] != nil || mm["__timeout__"] == nil {
+			t.Fatalf("member_map = %v; want the committed one plus __timeout__", mm)
+		}
+		if ex := fftest.ReadExec(t, pool, 61, id); ex.LifecyclePhase != "suspended" {
+			t.Fatalf("exec = %s; want suspended", ex.LifecyclePhase)
+		}
+	})
+}
+
+func TestScanExpiredSuspensions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	pool := db.Pool
+	const now = int64(9_000_000)
+
+	// Partition 70: three due rows (one per tenant, one without an
+	// execution row), one not due, one without a timeout.
+	a := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a", Tags: map[string]string{"cairn.instance_id": "i1"}})
+	b := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "b"})
+	missing := fftest.NewUUID()
+	notDue := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a"})
+	noTimeout := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a"})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: a, TimeoutAtMs: fftest.Ms(now - 300)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: b, TimeoutAtMs: fftest.Ms(now - 200)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: missing, TimeoutAtMs: fftest.Ms(now - 100)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: notDue, TimeoutAtMs: fftest.Ms(now + 100)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: noTimeout})
+	// Partition 71: one due row; partition 72: none due.
+	c := fftest.InsertExec(t, pool, fftest.Exec{Partition: 71, Namespace: "a"})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 71, ExecutionID: c, TimeoutAtMs: fftest.Ms(now - 1)})
+	d := fftest.InsertExec(t, pool, fftest.Exec{Partition: 72})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 72, ExecutionID: d, TimeoutAtMs: fftest.Ms(now)})
+
+	ids := func(ss []store.ExpiredSuspension) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.ExecutionID)
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		filter store.Filter
+		after  *store.After
+		limit  int
+		want   []string
+		parts  []int16
+	}{
+		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, missing}, parts: []int16{70, 71}},
+		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{70, 71}},
+		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a}, want: []string{b, missing}, parts: []int16{70, 71}},
+		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{70}},
+		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{70}},
+		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := store.ScanExpiredSuspensions(ctx, pool, 70, now, tt.after, tt.limit, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(ids(got), tt.want) {
+				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
+			}
+			parts, err := store.DueSuspensionPartitions(ctx, pool, now, 256, tt.filter)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(parts, tt.parts) {
+				t.Fatalf("due partitions = %v; want %v", parts, tt.parts)
+			}
+		})
+	}
+}
+
+// waitForLockWait waits until some backend is waiting on a row lock while
+// running a statement that mentions table.
+func waitForLockWait(t *testing.T, db store.DB, table string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := fftest.Count(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%' || $1 || '%'`, table)
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement on %s ever waited on a row lock", table)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
