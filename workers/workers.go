@@ -118,8 +118,9 @@ func New(cfg Config) (*Set, error) {
 
 // registrars adds each reconciler's tick, scan and row workers.
 var registrars = map[string]func(*river.Workers, *deps) error{
-	LeaseExpiry:      registerLeaseExpiry,
-	DelayedPromotion: registerDelayedPromotion,
+	LeaseExpiry:       registerLeaseExpiry,
+	DelayedPromotion:  registerDelayedPromotion,
+	SuspensionTimeout: registerSuspensionTimeout,
 }
 
 // Implemented lists the reconcilers this package has workers for, in the

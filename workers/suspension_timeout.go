@@ -1,0 +1,136 @@
+package workers
+
+import (
+	"context"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+func registerSuspensionTimeout(ws *river.Workers, d *deps) error {
+	if err := river.AddWorkerSafely(ws, &suspensionTimeoutTickWorker{d: d}); err != nil {
+		return err
+	}
+	if err := river.AddWorkerSafely(ws, &suspensionTimeoutScanWorker{d: d}); err != nil {
+		return err
+	}
+	return river.AddWorkerSafely(ws, &suspensionExpireWorker{d: d})
+}
+
+// suspensionTimeoutTickWorker finds the partitions holding timed-out
+// suspensions and enqueues one scan for each.
+type suspensionTimeoutTickWorker struct {
+	river.WorkerDefaults[jobs.SuspensionTimeoutTickArgs]
+	d *deps
+}
+
+func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutTickArgs]) time.Duration {
+	return TickTimeout
+}
+
+func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
+	parts, err := store.DueSuspensionPartitions(ctx, w.d.cfg.Pool, store.NowMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	if err != nil {
+		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
+		return err
+	}
+	return fanOut(ctx, w.d, SuspensionTimeout, parts, func(p int16) jobs.SuspensionTimeoutScanArgs {
+		return jobs.SuspensionTimeoutScanArgs{Partition: p}
+	})
+}
+
+var suspensionScan = &scanSpec[store.ExpiredSuspension]{
+	name: SuspensionTimeout,
+	scan: store.ScanExpiredSuspensions,
+	key:  func(s store.ExpiredSuspension) string { return s.ExecutionID },
+	rowJob: func(p int16, s store.ExpiredSuspension) river.JobArgs {
+		return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: s.ExecutionID}
+	},
+	cursor: func(s store.ExpiredSuspension) jobs.ScanCursor {
+		return jobs.ScanCursor{AtMs: s.TimeoutAtMs, ID: s.ExecutionID}
+	},
+	next: func(p int16, after *jobs.ScanCursor) river.JobArgs {
+		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after}
+	},
+}
+
+// suspensionTimeoutScanWorker enqueues one expire job per timed-out
+// suspension of a partition.
+type suspensionTimeoutScanWorker struct {
+	river.WorkerDefaults[jobs.SuspensionTimeoutScanArgs]
+	d *deps
+}
+
+func (w *suspensionTimeoutScanWorker) Timeout(*river.Job[jobs.SuspensionTimeoutScanArgs]) time.Duration {
+	return ScanTimeout
+}
+
+func (w *suspensionTimeoutScanWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionTimeoutScanArgs]) error {
+	return runScan(ctx, w.d, suspensionScan, job, job.Args.Partition, job.Args.After)
+}
+
+// suspensionExpireWorker applies the timeout behaviour of one suspension.
+type suspensionExpireWorker struct {
+	river.WorkerDefaults[jobs.SuspensionExpireArgs]
+	d *deps
+}
+
+func (w *suspensionExpireWorker) Timeout(*river.Job[jobs.SuspensionExpireArgs]) time.Duration {
+	return RowTimeout
+}
+
+func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
+	a := job.Args
+	c := w.d.cfg.Stats.For(SuspensionTimeout)
+	res, err := store.ExpireSuspension(ctx, w.d.cfg.Pool, a.Partition, a.ExecutionID, store.NowMs())
+	if err != nil {
+		c.Errors.Add(1)
+		return err
+	}
+	log := w.d.log().With("reconciler", SuspensionTimeout, "partition", a.Partition,
+		"execution_id", a.ExecutionID, "job_id", job.ID)
+	if !res.Applied {
+		c.NoOps.Add(1)
+		log.Debug("suspension resolved or timeout no longer lapsed; nothing to do")
+		return nil
+	}
+	c.Applied.Add(1)
+	log = log.With("timeout_behavior", res.Behavior, "action", res.Action)
+	if res.UnknownBehavior {
+		log.Warn("unknown suspension timeout behaviour; applied as fail")
+	}
+	if res.Action == store.TimeoutAutoResume {
+		switch {
+		case res.MemberMapReplaced != "":
+			log.Warn("suspension member_map was not a JSON object; replaced by one holding only the timeout signal",
+				"replaced_member_map", truncate(res.MemberMapReplaced, 512))
+		case res.TimeoutEntryNotArray != "":
+			log.Warn("suspension member_map.__timeout__ is not an array; kept as is and the timeout signal dropped (timeout cleared)",
+				"timeout_entry_type", res.TimeoutEntryNotArray)
+		default:
+			log.Debug("suspension timed out; timeout signal delivered", "timeout_signals", res.TimeoutSignals)
+		}
+		return nil
+	}
+	switch {
+	case res.ExecMissing:
+		log.Warn("timed-out suspension of an execution whose row is missing: suspension deleted, no completion event written")
+	case res.RawFieldsMalformed:
+		log.Warn("suspension timed out; execution raw_fields is not a JSON object, left unchanged",
+			"outcome", res.Outcome, "event_id", res.EventID)
+	default:
+		log.Debug("suspension timed out; execution terminal", "outcome", res.Outcome, "event_id", res.EventID)
+	}
+	return nil
+}
+
+// truncate shortens s to at most n bytes for a log line.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

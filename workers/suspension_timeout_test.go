@@ -1,0 +1,251 @@
+package workers_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// TestSuspensionTimeoutFleet runs every timeout behaviour through a fleet:
+// terminal behaviours write one completion event with the execution's
+// tenant, an unknown behaviour is applied as fail with a warning naming the
+// row, auto-resume appends a signal per timeout (two after the timeout is set
+// again), a missing execution writes no event, and a suspension not due is
+// left alone.
+func TestSuspensionTimeoutFleet(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	pool := db.Pool
+	now := store.NowMs()
+	suspended := func(p int16, flow string) fftest.Exec {
+		return fftest.Exec{Partition: p, FlowID: flow, LifecyclePhase: "suspended", OwnershipState: "unowned",
+			PublicState: "suspended", AttemptState: "attempt_interrupted", Namespace: "ns-1",
+			Tags: map[string]string{"cairn.instance_id": "inst-9"}}
+	}
+
+	type terminal struct {
+		p        int16
+		id, flow string
+		reason   string
+		outcome  string
+	}
+	var terms []terminal
+	for i, b := range []struct {
+		behavior        *string
+		reason, outcome string
+	}{
+		{nil, "suspension_timeout_fail", "expired"},
+		{fftest.Str("fail"), "suspension_timeout_fail", "expired"},
+		{fftest.Str("cancel"), "suspension_timeout_cancel", "cancelled"},
+		{fftest.Str("expire"), "suspension_timeout_expire", "expired"},
+		{fftest.Str("escalate"), "suspension_timeout_escalate", "expired"},
+		{fftest.Str("bogus"), "suspension_timeout_fail", "expired"},
+	} {
+		p, flow := int16(10*i+3), fftest.NewUUID()
+		id := fftest.InsertExec(t, pool, suspended(p, flow))
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id,
+			TimeoutAtMs: fftest.Ms(now - 1000 + int64(i)), Behavior: b.behavior})
+		terms = append(terms, terminal{p, id, flow, b.reason, b.outcome})
+	}
+	bogus := terms[len(terms)-1].id
+	resume := fftest.InsertExec(t, pool, suspended(77, ""))
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 77, ExecutionID: resume, TimeoutAtMs: fftest.Ms(now - 500),
+		Behavior: fftest.Str(store.TimeoutAutoResume)})
+	orphan := fftest.NewUUID()
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 78, ExecutionID: orphan, TimeoutAtMs: fftest.Ms(now - 500)})
+	later := fftest.InsertExec(t, pool, suspended(79, ""))
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 79, ExecutionID: later, TimeoutAtMs: fftest.Ms(now + 3_600_000)})
+
+	logger, logs := captureLogger(t)
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout), Logger: logger})
+
+	timeoutSignals := func() int {
+		su, ok := fftest.ReadSuspension(t, pool, 77, resume)
+		if !ok || su.TimeoutAtMs != nil {
+			return 0
+		}
+		mm, _ := su.MemberMap.(map[string]any)
+		arr, _ := mm["__timeout__"].([]any)
+		return len(arr)
+	}
+	fleettest.WaitFor(t, 20*time.Second, "every due suspension handled", func() (bool, string) {
+		n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current WHERE timeout_at_ms < $1`, now)
+		return n == 0 && timeoutSignals() == 1, fleettest.Statusf("%d due, %d signals", n, timeoutSignals())
+	})
+	for _, tc := range terms {
+		ex := fftest.ReadExec(t, pool, tc.p, tc.id)
+		if ex.LifecyclePhase != "terminal" || ex.CancellationReason == nil || *ex.CancellationReason != tc.reason {
+			t.Fatalf("exec %s = %+v; want terminal with %s", tc.id, ex, tc.reason)
+		}
+		evs := fftest.CompletionEvents(t, pool, tc.id)
+		if len(evs) != 1 || evs[0].Outcome != tc.outcome || evs[0].FlowID == nil || *evs[0].FlowID != tc.flow ||
+			evs[0].Namespace == nil || *evs[0].Namespace != "ns-1" || evs[0].InstanceTag == nil || *evs[0].InstanceTag != "inst-9" {
+			t.Fatalf("events of %s = %+v; want one %s with flow, namespace ns-1, tag inst-9", tc.id, evs, tc.outcome)
+		}
+	}
+	if _, ok := fftest.ReadSuspension(t, pool, 78, orphan); ok {
+		t.Fatal("suspension of a missing execution not deleted")
+	}
+	if n := len(fftest.CompletionEvents(t, pool, orphan)); n != 0 {
+		t.Fatalf("%d events for a missing execution; want 0", n)
+	}
+	if !strings.Contains(logs(), "unknown suspension timeout behaviour") || !strings.Contains(logs(), bogus) {
+		t.Fatalf("no warning naming the row with the unknown behaviour; logs:\n%s", logs())
+	}
+	if !strings.Contains(logs(), orphan) {
+		t.Fatalf("no warning naming the suspension whose execution is missing; logs:\n%s", logs())
+	}
+
+	// Time out the auto-resumed suspension again: a second signal.
+	if _, err := pool.Exec(context.Background(), `UPDATE ff_suspension_current SET timeout_at_ms = $1
+		WHERE partition_key = 77 AND execution_id = $2`, store.NowMs()-1, resume); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 20*time.Second, "a second timeout signal", func() (bool, string) {
+		n := timeoutSignals()
+		return n == 2, fleettest.Statusf("%d signals", n)
+	})
+	if ex := fftest.ReadExec(t, pool, 77, resume); ex.LifecyclePhase != "suspended" {
+		t.Fatalf("auto-resumed execution = %s; want suspended", ex.LifecyclePhase)
+	}
+	if n := len(fftest.CompletionEvents(t, pool, resume)); n != 0 {
+		t.Fatalf("%d events for an auto-resumed execution; want 0", n)
+	}
+	if su, ok := fftest.ReadSuspension(t, pool, 79, later); !ok || su.TimeoutAtMs == nil {
+		t.Fatal("a suspension not yet due was touched")
+	}
+	st := f.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
+	if want := int64(len(terms) + 3); st.Applied != want || st.Errors != 0 {
+		t.Fatalf("stats = %+v; want %d applied, no errors", st, want)
+	}
+}
+
+// TestSuspensionTimeoutTwoClientsExactlyOnce runs two fleet processes on one
+// database while suspensions keep timing out: each execution gets exactly
+// one completion event.
+func TestSuspensionTimeoutTwoClientsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	pool := db.Pool
+	const rows = 300
+	now := store.NowMs()
+	behaviors := []*string{nil, fftest.Str("fail"), fftest.Str("cancel"), fftest.Str("expire"), fftest.Str("escalate")}
+	for i := range rows {
+		p := int16(i % 256)
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", Namespace: "ns"})
+		at := now - 1000
+		if i%2 == 1 {
+			at = now + int64(i)*2000/rows
+		}
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(at),
+			Behavior: behaviors[i%len(behaviors)]})
+	}
+	cfg := fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout), BatchSize: 50}
+	f1 := fleettest.Start(t, db, cfg)
+	f2 := fleettest.Start(t, db, cfg)
+
+	fleettest.WaitFor(t, 40*time.Second, "every suspension timed out", func() (bool, string) {
+		n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current`)
+		return n == 0, fleettest.Statusf("%d suspensions left", n)
+	})
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event`); n != rows {
+		t.Fatalf("%d completion events for %d suspensions; want exactly one each", n, rows)
+	}
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM (SELECT execution_id FROM ff_completion_event GROUP BY 1 HAVING count(*) > 1) d`); n != 0 {
+		t.Fatalf("%d executions have more than one completion event", n)
+	}
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'terminal'`); n != 0 {
+		t.Fatalf("%d executions not terminal", n)
+	}
+	s1 := f1.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
+	s2 := f2.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
+	if s1.Applied+s2.Applied != rows {
+		t.Fatalf("applied %d + %d; want %d", s1.Applied, s2.Applied, rows)
+	}
+}
+
+// TestSuspensionTimeoutFilterLimitsTheFleet: a fleet limited to one tenant
+// never touches other tenants' suspensions, nor those without an execution.
+func TestSuspensionTimeoutFilterLimitsTheFleet(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	pool := db.Pool
+	now := store.NowMs()
+	mine := fftest.InsertExec(t, pool, fftest.Exec{Partition: 1, LifecyclePhase: "suspended", Namespace: "mine",
+		Tags: map[string]string{"cairn.instance_id": "i-1"}})
+	wrongTag := fftest.InsertExec(t, pool, fftest.Exec{Partition: 1, LifecyclePhase: "suspended", Namespace: "mine",
+		Tags: map[string]string{"cairn.instance_id": "i-2"}})
+	other := fftest.InsertExec(t, pool, fftest.Exec{Partition: 2, LifecyclePhase: "suspended", Namespace: "other"})
+	orphan := fftest.NewUUID()
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 1, ExecutionID: mine, TimeoutAtMs: fftest.Ms(now - 10)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 1, ExecutionID: wrongTag, TimeoutAtMs: fftest.Ms(now - 10)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 2, ExecutionID: other, TimeoutAtMs: fftest.Ms(now - 10)})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 3, ExecutionID: orphan, TimeoutAtMs: fftest.Ms(now - 10)})
+
+	f := fleettest.Start(t, db, fleet.Config{
+		Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout),
+		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
+	})
+	fleettest.WaitFor(t, 20*time.Second, "the tenant's suspension timed out", func() (bool, string) {
+		_, ok := fftest.ReadSuspension(t, pool, 1, mine)
+		return !ok, "still suspended"
+	})
+	waitTicks(t, f, jobs.ReconcilerSuspensionTimeout, 2)
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current`); n != 3 {
+		t.Fatalf("%d suspensions left; want 3 (other tag, other tenant, orphan)", n)
+	}
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event`); n != 1 {
+		t.Fatalf("%d completion events; want 1", n)
+	}
+}
+
+// waitTicks waits until the fleet has run n more ticks of a reconciler, so a
+// test can check that something was left alone.
+func waitTicks(t *testing.T, f *fleet.Fleet, reconciler string, n int64) {
+	t.Helper()
+	start := f.Workers.Stats().For(reconciler).Ticks.Load()
+	fleettest.WaitFor(t, 15*time.Second, "more ticks", func() (bool, string) {
+		got := f.Workers.Stats().For(reconciler).Ticks.Load()
+		return got >= start+n, fleettest.Statusf("%d ticks (from %d)", got, start)
+	})
+}
+
+// captureLogger returns a logger recording warnings and errors, and a
+// function returning what it recorded. The record is logged when the test
+// fails.
+func captureLogger(t *testing.T) (*slog.Logger, func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleet logs:\n%s", read())
+		}
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), read
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
