@@ -31,6 +31,7 @@ func commands() []command {
 		{"run", "run the reconcilers as River workers, with River UI and health endpoints", runCommand},
 		{"migrate", "create River's tables and, with --ff-schema, FlowFabric's ff_* tables", migrateCommand},
 		{"lease-history", "print (or --follow) lease events from ff_lease_event", leaseHistoryCommand},
+		{"promote", "enqueue an ad-hoc delayed promotion", promoteCommand},
 	}
 }
 
