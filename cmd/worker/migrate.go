@@ -42,6 +42,11 @@ func migrateCommand(ctx context.Context, args []string, stdout, _ io.Writer, log
 	} else {
 		fmt.Fprintf(stdout, "river: applied migrations %v in schema %s\n", versions, schema)
 	}
+	// The worker heartbeat table lives beside River's tables (see
+	// migrations.ApplyWorkerTable); `worker status` reads it.
+	if err := migrations.ApplyWorkerTable(ctx, pool, schema); err != nil {
+		return dbconn.Scrub(err, dsn)
+	}
 	if !ffSchema {
 		return nil
 	}

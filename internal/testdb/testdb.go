@@ -152,7 +152,7 @@ func dropDatabase(name string) {
 // is serialised with an advisory lock and published by a rename only when
 // complete.
 func ensureTemplate(ctx context.Context) (string, error) {
-	name := "ffr_tmpl_" + migrations.Fingerprint()
+	name := "ffr_tmpl_" + migrations.Fingerprint() + "_w" + migrations.WorkerTableFingerprint()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		return "", fmt.Errorf("connect to %s: %w", redactedAdmin(), err)
@@ -216,7 +216,7 @@ func migrateInto(ctx context.Context, dbURL string) error {
 	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
 		return err
 	}
-	return nil
+	return migrations.ApplyWorkerTable(ctx, pool, RiverSchema)
 }
 
 func randomSuffix() string {

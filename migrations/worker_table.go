@@ -1,0 +1,72 @@
+package migrations
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WorkerTableName is the table, in River's schema, where each worker process
+// records its heartbeat. River's open-source edition keeps no table of live
+// clients (only the elected leader, in river_leader), so `worker status`
+// could not otherwise tell which processes are running.
+const WorkerTableName = "ffreconcile_worker"
+
+// workerTableDDL is the heartbeat table, with %s standing for its
+// schema-qualified name. It holds one row per live process, so it needs no
+// index beyond its primary key: the bounded cleanup of stale rows reads the
+// whole table, which is a handful of rows. heartbeat_at is written with the
+// database's clock, so ages compare across hosts whose clocks disagree.
+const workerTableDDL = `CREATE TABLE IF NOT EXISTS %s (
+    client_id    text PRIMARY KEY,
+    hostname     text NOT NULL,
+    pid          integer NOT NULL,
+    version      text,
+    started_at   timestamptz NOT NULL,
+    heartbeat_at timestamptz NOT NULL
+)`
+
+// ApplyWorkerTable creates schema (if missing) and the worker heartbeat
+// table in it (if missing). Like the ff_* DDL it never alters an existing
+// table, so running it again is a no-op.
+//
+// It runs apart from ApplyRiver because the table is ours, not River's:
+// rivermigrate knows nothing of it and must never be asked to.
+func ApplyWorkerTable(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := ValidateSchemaName(schema); err != nil {
+		return err
+	}
+	// CREATE … IF NOT EXISTS is not safe against itself: two processes
+	// migrating at once can both pass the existence check and one then fails
+	// on a duplicate catalog entry. A transaction-scoped advisory lock
+	// serialises them; the loser then finds the table and does nothing.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('ffreconcile.migrations.worker_table'))`); err != nil {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableDDL, pgx.Identifier{schema, WorkerTableName}.Sanitize())); err != nil {
+			return fmt.Errorf("create table: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("worker heartbeat table %s.%s: %w", schema, WorkerTableName, err)
+	}
+	return nil
+}
+
+// WorkerTableFingerprint identifies the heartbeat table's DDL, as
+// Fingerprint does the ff_* DDL: tests name their template database after
+// both, so a change here rebuilds the template.
+func WorkerTableFingerprint() string {
+	sum := sha256.Sum256([]byte(strings.TrimSpace(workerTableDDL)))
+	return hex.EncodeToString(sum[:])[:8]
+}
