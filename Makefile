@@ -25,7 +25,7 @@ migrate: build
 
 ## test: lint, then every test against a real PostgreSQL (each test makes its own database).
 test: lint
-	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" $(GO) test -count=1 -p 2 -timeout 15m ./...
+	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" $(GO) test -count=1 -p 1 -timeout 20m ./...
 
 ## lint: go vet and gofmt.
 lint:

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -149,6 +150,28 @@ func (s *Set) Stats() *Stats { return s.d.cfg.Stats }
 // it would fail the same way every time.
 func (s *Set) Hooks() []rivertype.Hook {
 	return []rivertype.Hook{jobs.ValidateOnInsert, river.HookWorkBeginFunc(s.validateOnWork)}
+}
+
+// Middleware returns the workers' River middleware, for
+// river.Config.Middleware.
+//
+// Ticks are serialised within a process: each tick's query plans over all
+// 256 children of its table and takes an AccessShareLock on every child and
+// each of its indexes (up to ~1,800 for ff_exec_core) until it returns. Five
+// reconcilers ticking at once (they all run on start) would need most of a
+// default lock table (max_locks_per_transaction 64 × max_connections 100 =
+// 6,400 slots) and fail with "out of shared memory" next to other work. One
+// at a time they cost ~20 ms each and stay far below it.
+func (s *Set) Middleware() []rivertype.Middleware {
+	var mu sync.Mutex
+	return []rivertype.Middleware{river.WorkerMiddlewareFunc(
+		func(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
+			if strings.HasSuffix(job.Kind, ".tick") {
+				mu.Lock()
+				defer mu.Unlock()
+			}
+			return doInner(ctx)
+		})}
 }
 
 func (s *Set) validateOnWork(_ context.Context, job *rivertype.JobRow) error {

@@ -69,6 +69,10 @@ type Config struct {
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
+	// QueryTracer, when set, sees every statement of both pools (the
+	// benchmark counts statements with it). It replaces the OpenTelemetry
+	// SQL tracer.
+	QueryTracer pgx.QueryTracer
 	// Tracing adds OpenTelemetry spans for River jobs and SQL statements to
 	// the global tracer provider (see internal/tracing).
 	Tracing bool
@@ -192,8 +196,8 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 
 	// River's pool serves the producers' fetches, the batch completer,
 	// leader election and the notifier's LISTEN connection.
-	var tracer pgx.QueryTracer
-	if cfg.Tracing {
+	tracer := cfg.QueryTracer
+	if tracer == nil && cfg.Tracing {
 		tracer = tracing.QueryTracer()
 	}
 	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river", Tracer: tracer})
@@ -234,6 +238,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
+	checkLockTable(ctx, f.WorkPool, cfg.Logger)
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
@@ -251,7 +256,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		return err
 	}
 	f.Workers = set
-	middleware := []rivertype.Middleware{f.Metrics.Middleware()}
+	middleware := append([]rivertype.Middleware{f.Metrics.Middleware()}, set.Middleware()...)
 	if cfg.Tracing {
 		middleware = append(middleware, tracing.RiverMiddleware())
 	}
@@ -300,6 +305,28 @@ func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) er
 		return fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
 	}
 	return nil
+}
+
+// RecommendedMaxLocks is FlowFabric's recommended max_locks_per_transaction.
+const RecommendedMaxLocks = 256
+
+// checkLockTable warns when the server's lock table is small for 256-way
+// partitioned tables: a statement over a whole table (a tick, a due-rows
+// count) locks every child and each of its indexes, up to ~1,800 locks, and
+// the table holds max_locks_per_transaction × max_connections of them in all.
+func checkLockTable(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	var perTx, conns int
+	err := pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int, current_setting('max_connections')::int`).
+		Scan(&perTx, &conns)
+	if err != nil {
+		logger.Warn("could not read max_locks_per_transaction", "error", err)
+		return
+	}
+	if perTx < RecommendedMaxLocks {
+		logger.Warn("max_locks_per_transaction is below FlowFabric's recommended 256: whole-table statements over 256 partitions "+
+			"need up to ~1,800 lock slots each, and concurrent ones can fail with \"out of shared memory\"",
+			"max_locks_per_transaction", perTx, "lock_table_slots", perTx*conns)
+	}
 }
 
 // Start starts the River client.

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/flowfabric/ffreconcile/internal/bench"
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+)
+
+func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger *slog.Logger) error {
+	cfg := bench.Defaults()
+	var dsn, out string
+	var quick bool
+	var sections, reconcilers []string
+	f := newFlagSet("bench", "Benchmark the fleet against the seed's design on a throwaway database (created in the server\nof --database-url and dropped at the end): throughput, lateness, idle cost and scale. Prints a table and,\nwith --out, writes it as Markdown.")
+	databaseURLFlag(f, &dsn)
+	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
+	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
+	f.Bool(&quick, "quick", "FF_BENCH_QUICK", false, "small sizes for a smoke run (sizes below are then ignored)")
+	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, idle, scale (repeatable)")
+	f.Strings(&reconcilers, "reconciler", "FF_BENCH_RECONCILERS", "limit throughput and lateness to these reconcilers (repeatable)")
+	f.Int(&cfg.Due, "due", "FF_BENCH_DUE", cfg.Due, "due rows per throughput run")
+	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
+	f.Int(&cfg.LatenessRate, "lateness-rate", "FF_BENCH_LATENESS_RATE", cfg.LatenessRate, "rows becoming due per second in lateness runs")
+	f.Duration(&cfg.LatenessFor, "lateness-for", "FF_BENCH_LATENESS_FOR", cfg.LatenessFor, "length of each lateness run")
+	f.Duration(&cfg.IdleFor, "idle-for", "FF_BENCH_IDLE_FOR", cfg.IdleFor, "idle-cost measuring window")
+	f.Int(&cfg.ScaleLarge, "scale-large", "FF_BENCH_SCALE_LARGE", cfg.ScaleLarge, "not-due rows in the large scale run")
+	f.Int(&cfg.Backlog, "backlog", "FF_BENCH_BACKLOG", cfg.Backlog, "rows in the backlog drain run")
+	if err := f.parse(args, stdout); err != nil {
+		return err
+	}
+	if quick {
+		q := bench.Quick()
+		q.DBName = cfg.DBName
+		cfg = q
+	}
+	for _, s := range sections {
+		for _, part := range strings.Split(s, ",") {
+			switch part = strings.TrimSpace(part); part {
+			case "throughput", "lateness", "idle", "scale":
+				cfg.Sections = append(cfg.Sections, part)
+			default:
+				return badUsage("unknown section %q (want throughput, lateness, idle or scale)", part)
+			}
+		}
+	}
+	for _, r := range reconcilers {
+		cfg.Reconcilers = append(cfg.Reconcilers, strings.Split(r, ",")...)
+	}
+	if cfg.Due < 256 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
+		return badUsage("sizes out of range: --due ≥ 256, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
+	}
+	if dsn == "" {
+		dsn = dbconn.DefaultURL
+	}
+	cfg.AdminURL = dsn
+	cfg.Logger = logger
+	cfg.Out = stdout
+	rep, err := bench.Run(ctx, cfg)
+	if rep != nil {
+		rep.Command = "worker bench " + strings.Join(args, " ")
+	}
+	if err != nil {
+		return dbconn.Scrub(err, dsn)
+	}
+	md := rep.Markdown()
+	fmt.Fprintln(stdout)
+	fmt.Fprint(stdout, md)
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", out, err)
+		}
+		fmt.Fprintf(stdout, "\nwrote %s\n", out)
+	}
+	return nil
+}

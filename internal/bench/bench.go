@@ -1,0 +1,285 @@
+// Package bench measures the fleet against the seed's design on a throwaway
+// database: throughput, lateness, idle cost and scale (issue 5). `worker
+// bench` runs it; `make bench` writes docs/benchmarks.md.
+//
+// Every comparison is a ratio measured in the same run: absolute times on a
+// shared 2-core machine drift by ±25 %.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/migrations"
+)
+
+// Config sizes the benchmark.
+type Config struct {
+	// AdminURL is a server's maintenance database; the benchmark creates
+	// (and at the end drops) its own database DBName there.
+	AdminURL string
+	DBName   string
+
+	Due          int   // due rows per throughput run (default 20,000)
+	NotDueFactor int   // not-due rows per due row (default 10)
+	PoolSizes    []int // connection counts for the per-row pool reference
+
+	LatenessRate int           // due rows per second in the lateness runs
+	LatenessFor  time.Duration // duration of each lateness run
+
+	IdleFor time.Duration // idle-cost measuring window
+
+	ScaleSmall, ScaleLarge int // not-due rows in the scale runs
+	Backlog                int // rows in the backlog drain run
+
+	// Sections limits the run to some of: throughput, lateness, idle, scale.
+	Sections []string
+	// Reconcilers limits throughput and lateness to some reconcilers.
+	Reconcilers []string
+
+	Logger *slog.Logger
+	Out    io.Writer // progress lines
+}
+
+// Defaults returns the issue's sizes.
+func Defaults() Config {
+	return Config{
+		DBName: "ffr_bench", Due: 20_000, NotDueFactor: 10, PoolSizes: []int{8, 16, 32},
+		LatenessRate: 500, LatenessFor: 30 * time.Second, IdleFor: 20 * time.Second,
+		ScaleSmall: 10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
+	}
+}
+
+// Quick returns sizes small enough for a smoke run.
+func Quick() Config {
+	c := Defaults()
+	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
+	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
+	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
+	return c
+}
+
+func (c *Config) wants(section string) bool {
+	if len(c.Sections) == 0 {
+		return true
+	}
+	for _, s := range c.Sections {
+		if s == section {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) wantsReconciler(name string) bool {
+	if len(c.Reconcilers) == 0 {
+		return true
+	}
+	for _, s := range c.Reconcilers {
+		if s == name {
+			return true
+		}
+	}
+	return false
+}
+
+// env is one benchmark database.
+type env struct {
+	cfg  Config
+	url  string
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+func (e *env) progress(format string, a ...any) {
+	if e.cfg.Out != nil {
+		fmt.Fprintf(e.cfg.Out, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+	}
+}
+
+// Run runs the selected sections and returns the report.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	e, cleanup, err := setup(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+
+	rep := &Report{Config: cfg, Machine: machine(), Started: time.Now()}
+	if cfg.wants("throughput") {
+		for _, sc := range scenarios() {
+			if !cfg.wantsReconciler(sc.name) {
+				continue
+			}
+			res, err := e.throughput(ctx, sc)
+			if err != nil {
+				return rep, fmt.Errorf("throughput %s: %w", sc.name, err)
+			}
+			rep.Throughput = append(rep.Throughput, res)
+		}
+	}
+	if cfg.wants("lateness") {
+		for _, lt := range latenessRuns() {
+			if !cfg.wantsReconciler(lt.reconciler) {
+				continue
+			}
+			res, err := e.lateness(ctx, lt)
+			if err != nil {
+				return rep, fmt.Errorf("lateness %s: %w", lt.name, err)
+			}
+			rep.Lateness = append(rep.Lateness, res)
+		}
+	}
+	if cfg.wants("idle") {
+		res, err := e.idle(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("idle: %w", err)
+		}
+		rep.Idle = res
+	}
+	if cfg.wants("scale") {
+		res, err := e.scale(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("scale: %w", err)
+		}
+		rep.Scale = res
+	}
+	rep.Finished = time.Now()
+	return rep, nil
+}
+
+// setup creates a fresh database with River and the ff_* schema.
+func setup(ctx context.Context, cfg Config) (*env, func(), error) {
+	admin, err := pgx.Connect(ctx, cfg.AdminURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", dbconn.Redact(cfg.AdminURL), dbconn.Scrub(err, cfg.AdminURL))
+	}
+	name := pgx.Identifier{cfg.DBName}.Sanitize()
+	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+		admin.Close(ctx)
+		return nil, nil, err
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		admin.Close(ctx)
+		return nil, nil, err
+	}
+	admin.Close(ctx)
+	url, err := withDatabase(cfg.AdminURL, cfg.DBName)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := dbconn.Open(ctx, url, dbconn.Options{MaxConns: 40, AppName: "ffreconcile-bench",
+		RuntimeParams: map[string]string{"plan_cache_mode": "force_custom_plan"}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := migrations.ApplyRiver(ctx, pool, "river", nil); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	e := &env{cfg: cfg, url: url, pool: pool, log: cfg.Logger}
+	cleanup := func() {
+		pool.Close()
+		c, err := pgx.Connect(context.Background(), cfg.AdminURL)
+		if err == nil {
+			_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			c.Close(context.Background())
+		}
+	}
+	return e, cleanup, nil
+}
+
+// reset empties every ff_* table and River's jobs. One TRUNCATE per table
+// keeps each statement's locks (256 children and their indexes) well under
+// the lock table.
+func (e *env) reset(ctx context.Context) error {
+	for _, t := range append(migrations.FFTableNames(), "river.river_job", "river.river_leader") {
+		if _, err := e.pool.Exec(ctx, "TRUNCATE "+t); err != nil {
+			return fmt.Errorf("truncate %s: %w", t, err)
+		}
+	}
+	_, err := e.pool.Exec(ctx, "VACUUM ANALYZE")
+	return err
+}
+
+func withDatabase(base, name string) (string, error) {
+	if strings.Contains(base, "://") {
+		i := strings.LastIndex(base, "/")
+		q := ""
+		if j := strings.IndexByte(base[i:], '?'); j >= 0 {
+			q = base[i+j:]
+		}
+		if i < strings.Index(base, "://")+3 {
+			return base + "/" + name + q, nil
+		}
+		return base[:i] + "/" + name + q, nil
+	}
+	return base + " dbname=" + name, nil
+}
+
+// machine describes where the numbers were taken.
+func machine() string {
+	host, _ := os.Hostname()
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "model name") {
+				if _, v, ok := strings.Cut(line, ":"); ok {
+					model = strings.TrimSpace(v)
+				}
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %d cores (%s), %s/%s, %s", host, runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+// waitDrained polls remaining() until it returns 0 and returns when it saw
+// that, or fails after timeout.
+func waitDrained(ctx context.Context, timeout time.Duration, remaining func(context.Context) (int, error)) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := remaining(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if n == 0 {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			return time.Time{}, fmt.Errorf("still %d rows due after %s", n, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// scenarios lists the throughput benchmarks.
+func scenarios() []scenario {
+	return []scenario{leaseScenario}
+}
+
+// latenessRuns lists the lateness benchmarks.
+func latenessRuns() []latenessRun {
+	return []latenessRun{leaseLateness}
+}

@@ -1,0 +1,234 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/periodic"
+)
+
+// countingTracer counts the statements a pool sends.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// IdleResult compares what an idle fleet costs Postgres with the seed's
+// loops, which scan every partition every tick.
+type IdleResult struct {
+	Window               time.Duration
+	OursStatementsPerSec float64
+	SeedStatementsPerSec float64
+	OursBackendCPUPct    float64 // % of one core used by our Postgres backends
+	SeedBackendCPUPct    float64
+	OursXactPerSec       float64 // pg_stat_database.xact_commit, whole database
+	SeedXactPerSec       float64
+	NotDueRows           int
+}
+
+func (e *env) idle(ctx context.Context) (IdleResult, error) {
+	res := IdleResult{Window: e.cfg.IdleFor, NotDueRows: e.cfg.ScaleSmall}
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	// Not-due rows in every table the reconcilers scan.
+	if err := leaseScenario.seed(ctx, e, 0, e.cfg.ScaleSmall); err != nil {
+		return res, err
+	}
+	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+		return res, err
+	}
+
+	// Ours: one process with every reconciler enabled.
+	e.progress("idle: ours for %s", e.cfg.IdleFor)
+	tr := &countingTracer{}
+	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log, QueryTracer: tr})
+	if err != nil {
+		return res, err
+	}
+	if err := f.Start(ctx); err != nil {
+		f.Close()
+		return res, err
+	}
+	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
+	stmts, cpu, xacts, err := e.measure(ctx, "ffreconcile-river", "ffreconcile-work", func() int64 { return tr.n.Load() })
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+	f.Close()
+	if err != nil {
+		return res, err
+	}
+	res.OursStatementsPerSec, res.OursBackendCPUPct, res.OursXactPerSec = stmts, cpu, xacts
+
+	// The seed: each reconciler's loop walks all partitions every interval.
+	e.progress("idle: seed loops for %s", e.cfg.IdleFor)
+	seedTr := &countingTracer{}
+	pool, err := dbconn.Open(ctx, e.url, dbconn.Options{MaxConns: 8, AppName: "ffreconcile-seedloop", Tracer: seedTr})
+	if err != nil {
+		return res, err
+	}
+	defer pool.Close()
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, l := range seedIdleLoops() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(l.interval)
+			defer t.Stop()
+			for {
+				if err := l.tick(loopCtx, pool); err != nil && loopCtx.Err() == nil {
+					e.log.Warn("seed idle loop", "loop", l.name, "error", err)
+				}
+				select {
+				case <-loopCtx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	stmts, cpu, xacts, err = e.measure(ctx, "ffreconcile-seedloop", "", func() int64 { return seedTr.n.Load() })
+	stopLoops()
+	wg.Wait()
+	if err != nil {
+		return res, err
+	}
+	res.SeedStatementsPerSec, res.SeedBackendCPUPct, res.SeedXactPerSec = stmts, cpu, xacts
+	e.progress("idle: ours %.1f stmt/s, %.2f%% CPU; seed %.1f stmt/s, %.2f%% CPU",
+		res.OursStatementsPerSec, res.OursBackendCPUPct, res.SeedStatementsPerSec, res.SeedBackendCPUPct)
+	return res, nil
+}
+
+// measure samples, over the idle window, the statements counted client-side,
+// the CPU time of the Postgres backends serving the given application names
+// (from /proc, the server runs on this machine), and committed transactions.
+func (e *env) measure(ctx context.Context, app1, app2 string, count func() int64) (stmtsPerSec, cpuPct, xactPerSec float64, err error) {
+	cpu0, err := e.backendCPU(ctx, app1, app2)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	x0, err := e.xacts(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n0, t0 := count(), time.Now()
+	time.Sleep(e.cfg.IdleFor)
+	n1, secs := count(), time.Since(t0).Seconds()
+	cpu1, err := e.backendCPU(ctx, app1, app2)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	x1, err := e.xacts(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var cpuSecs float64
+	for pid, c := range cpu1 {
+		cpuSecs += c - cpu0[pid] // a backend that appeared mid-window counts from 0
+	}
+	// The two sampling queries themselves commit 2 transactions.
+	return float64(n1-n0) / secs, 100 * cpuSecs / secs, float64(x1-x0-2) / secs, nil
+}
+
+func (e *env) xacts(ctx context.Context) (int64, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, `SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}
+
+// backendCPU returns user+system CPU seconds per backend pid.
+func (e *env) backendCPU(ctx context.Context, app1, app2 string) (map[int]float64, error) {
+	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name IN ($1, $2)`, app1, app2)
+	if err != nil {
+		return nil, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]float64{}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue // the server is not on this machine, or the backend exited
+		}
+		// Fields after the command name (which may contain spaces).
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		out[int(pid)] = (utime + stime) / clockTicks
+	}
+	return out, nil
+}
+
+// clockTicks is USER_HZ, 100 on Linux.
+const clockTicks = 100
+
+// seedIdleLoop is one of FlowFabric's Postgres reconciler loops at idle.
+type seedIdleLoop struct {
+	name     string
+	interval time.Duration
+	tick     func(ctx context.Context, db *pgxpool.Pool) error
+}
+
+func seedIdleLoops() []seedIdleLoop {
+	perPartition := func(sql string) func(context.Context, *pgxpool.Pool) error {
+		return func(ctx context.Context, db *pgxpool.Pool) error {
+			now := time.Now().UnixMilli()
+			for p := range int16(jobs.PartitionCount) {
+				rows, err := db.Query(ctx, sql, p, now, seedBatch)
+				if err != nil {
+					return err
+				}
+				rows.Close()
+			}
+			return nil
+		}
+	}
+	return []seedIdleLoop{
+		{"lease_expiry", periodic.DefaultIntervals[jobs.ReconcilerLeaseExpiry], perPartition(`
+			SELECT execution_id, attempt_index FROM ff_attempt
+			 WHERE partition_key = $1 AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $2
+			 ORDER BY lease_expires_at_ms ASC LIMIT $3`)},
+		{"suspension_timeout", periodic.DefaultIntervals[jobs.ReconcilerSuspensionTimeout], perPartition(`
+			SELECT execution_id, timeout_behavior FROM ff_suspension_current
+			 WHERE partition_key = $1 AND timeout_at_ms IS NOT NULL AND timeout_at_ms < $2
+			 ORDER BY timeout_at_ms ASC LIMIT $3`)},
+		// The dispatcher reads 50 groups across all partitions per tick; its
+		// reconciler does the same every 10 s. FlowFabric does not sweep
+		// delayed promotions on Postgres at all.
+		{"cancel_dispatch", periodic.DefaultIntervals[jobs.ReconcilerCancelDispatch], func(ctx context.Context, db *pgxpool.Pool) error {
+			rows, err := db.Query(ctx, `SELECT partition_key, flow_id, downstream_eid FROM ff_pending_cancel_groups ORDER BY enqueued_at_ms LIMIT 50`)
+			if err == nil {
+				rows.Close()
+			}
+			return err
+		}},
+		{"cancel_reconcile", periodic.DefaultIntervals[jobs.ReconcilerCancelReconcile], func(ctx context.Context, db *pgxpool.Pool) error {
+			rows, err := db.Query(ctx, `SELECT partition_key, flow_id, downstream_eid FROM ff_pending_cancel_groups ORDER BY enqueued_at_ms LIMIT 50`)
+			if err == nil {
+				rows.Close()
+			}
+			return err
+		}},
+	}
+}

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/periodic"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// latenessRun feeds a steady stream of rows becoming due and measures, per
+// row, the time from its deadline to the commit of the action on it.
+type latenessRun struct {
+	name       string
+	reconciler string // whose tick interval the targets refer to
+	// feed inserts n rows due at deadlineMs.
+	feed func(ctx context.Context, e *env, n int, deadlineMs int64) error
+	// remaining counts rows fed but not yet acted on.
+	remaining func(ctx context.Context, db store.DB) (int, error)
+	// latencies returns, for every acted-on row, action time − deadline in ms.
+	latencies func(ctx context.Context, db store.DB) ([]float64, error)
+	// configure adjusts the fleet (e.g. disable a sweep).
+	configure func(*fleet.Config)
+}
+
+// LatenessResult is the distribution of action − deadline.
+type LatenessResult struct {
+	Name          string
+	Interval      time.Duration
+	Rate, Rows    int
+	P50, P99, Max time.Duration
+}
+
+const feedEvery = 100 * time.Millisecond
+
+// leadTime is how far ahead of its deadline a row is inserted: rows exist
+// before they become due, as in FlowFabric, so lateness measures the
+// reconciler, not the feeder.
+const leadTime = time.Second
+
+func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, error) {
+	res := LatenessResult{Name: lr.name, Interval: periodic.DefaultIntervals[lr.reconciler], Rate: e.cfg.LatenessRate}
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	cfg := fleet.Config{DatabaseURL: e.url, Logger: e.log}
+	if lr.configure != nil {
+		lr.configure(&cfg)
+	}
+	f, err := fleet.New(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	defer f.Close()
+	if err := f.Start(ctx); err != nil {
+		return res, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = f.Stop(stopCtx)
+	}()
+
+	e.progress("lateness %s: %d rows/s for %s", lr.name, e.cfg.LatenessRate, e.cfg.LatenessFor)
+	perFeed := max(1, e.cfg.LatenessRate*int(feedEvery/time.Millisecond)/1000)
+	tick := time.NewTicker(feedEvery)
+	defer tick.Stop()
+	stop := time.Now().Add(e.cfg.LatenessFor)
+	for time.Now().Before(stop) {
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-tick.C:
+		}
+		deadline := time.Now().Add(leadTime).UnixMilli()
+		if err := lr.feed(ctx, e, perFeed, deadline); err != nil {
+			return res, fmt.Errorf("feed: %w", err)
+		}
+		res.Rows += perFeed
+	}
+	if _, err := waitDrained(ctx, 2*time.Minute, func(ctx context.Context) (int, error) { return lr.remaining(ctx, e.pool) }); err != nil {
+		return res, err
+	}
+	lat, err := lr.latencies(ctx, e.pool)
+	if err != nil {
+		return res, err
+	}
+	if len(lat) != res.Rows {
+		return res, fmt.Errorf("measured %d rows of %d fed", len(lat), res.Rows)
+	}
+	sort.Float64s(lat)
+	ms := func(q float64) time.Duration {
+		return time.Duration(lat[min(len(lat)-1, int(q*float64(len(lat))))] * float64(time.Millisecond))
+	}
+	res.P50, res.P99, res.Max = ms(0.50), ms(0.99), time.Duration(lat[len(lat)-1]*float64(time.Millisecond))
+	e.progress("lateness %s: p50 %s, p99 %s, max %s over %d rows", lr.name, res.P50, res.P99, res.Max, res.Rows)
+	return res, nil
+}
+
+func collectFloats(rows pgx.Rows, err error) ([]float64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[float64])
+}
+
+var leaseLateness = latenessRun{
+	name:       "lease expiry",
+	reconciler: "lease_expiry",
+	feed: func(ctx context.Context, e *env, n int, deadlineMs int64) error {
+		_, err := e.pool.Exec(ctx, `
+			WITH ex AS (
+			    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
+			    SELECT (random() * 255)::smallint, gen_random_uuid(), 'bench', 'active', 'leased', 'not_applicable',
+			           'running', 'running_attempt', 1, jsonb_build_object('bench_deadline_ms', $2::bigint)
+			      FROM generate_series(1, $1)
+			    RETURNING partition_key, execution_id
+			)
+			INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
+			SELECT partition_key, execution_id, 0, 1, $2::bigint FROM ex`, n, deadlineMs)
+		return err
+	},
+	remaining: func(ctx context.Context, db store.DB) (int, error) {
+		var n int
+		err := db.QueryRow(ctx, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`).Scan(&n)
+		return n, err
+	},
+	// The event's occurred_at_ms is the action's clock, taken in the same
+	// statement that commits it.
+	latencies: func(ctx context.Context, db store.DB) ([]float64, error) {
+		return collectFloats(db.Query(ctx, `
+			SELECT (ev.occurred_at_ms - (e.raw_fields->>'bench_deadline_ms')::bigint)::float8
+			  FROM ff_lease_event ev
+			  JOIN ff_exec_core e ON e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id::uuid`))
+	},
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Report is a benchmark run's results.
+type Report struct {
+	Config     Config
+	Command    string
+	Machine    string
+	Started    time.Time
+	Finished   time.Time
+	Throughput []ThroughputResult
+	Lateness   []LatenessResult
+	Idle       IdleResult
+	Scale      ScaleResult
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// Markdown renders the report for docs/benchmarks.md.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	p("# Benchmarks")
+	p("")
+	p("Produced by `%s` on %s (%s, %s).", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"),
+		r.Machine, r.Finished.Sub(r.Started).Round(time.Second))
+	p("Every comparison is a ratio of rates measured in the same run on the same data; absolute numbers on a shared")
+	p("2-core machine drift by ±25 %%. Postgres runs on the same machine as the worker.")
+	if len(r.Throughput) > 0 {
+		p("")
+		p("## Throughput")
+		p("")
+		p("Rows per second from the first tick to the last action committed; %d due rows over 256 partitions plus %d× as many",
+			r.Throughput[0].Due, r.Config.NotDueFactor)
+		p("not-due rows. (a) the seed's design: partitions one after another, one transaction per row (the seed's statements),")
+		p("one connection. (b) the same per-row transaction on a pool (best of %v connections). (c) one statement per partition.", r.Config.PoolSizes)
+		p("")
+		p("| reconciler | ours | (a) seed loop | (b) per-row pool | (c) set-based | ours/(a) | ours/(b) | ours/(c) | ≥ 2×(a) | ≥ 0.6×(b) |")
+		p("|---|---|---|---|---|---|---|---|---|---|")
+		for _, t := range r.Throughput {
+			p("| %s | %.0f | %.0f | %.0f (%d conns) | %.0f | %.2f | %.2f | %.2f | %s | %s |", t.Reconciler, t.Ours, t.SeedLoop,
+				t.Pool, t.PoolSize, t.SetBased, t.Ours/t.SeedLoop, t.Ours/t.Pool, t.Ours/t.SetBased,
+				verdict(t.Ours >= 2*t.SeedLoop), verdict(t.Ours >= 0.6*t.Pool))
+		}
+		p("")
+		for _, t := range r.Throughput {
+			p("- %s, ours: %s", t.Reconciler, t.OursStats)
+		}
+	}
+	if len(r.Lateness) > 0 {
+		p("")
+		p("## Lateness")
+		p("")
+		p("A steady stream of rows becoming due (%d per second for %s, each inserted %s before its deadline); per row,",
+			r.Config.LatenessRate, r.Config.LatenessFor, leadTime)
+		p("the time from its deadline to the commit of its action. Targets: p99 ≤ tick interval + 0.5 s, max ≤ 2 × interval.")
+		p("")
+		p("| stream | tick interval | rows | p50 | p99 | max | p99 target | max target |")
+		p("|---|---|---|---|---|---|---|---|")
+		for _, l := range r.Lateness {
+			p("| %s | %s | %d | %s | %s | %s | %s | %s |", l.Name, l.Interval, l.Rows,
+				l.P50.Round(time.Millisecond), l.P99.Round(time.Millisecond), l.Max.Round(time.Millisecond),
+				verdict(l.P99 <= l.Interval+500*time.Millisecond), verdict(l.Max <= 2*l.Interval))
+		}
+	}
+	if r.Idle.Window > 0 {
+		i := r.Idle
+		p("")
+		p("## Idle cost")
+		p("")
+		p("Nothing due, %d not-due rows, every reconciler enabled, measured over %s. Statements are counted by the client", i.NotDueRows, i.Window)
+		p("(a pgx tracer on every pool); CPU is the user+system time of the Postgres backends serving the process, read")
+		p("from /proc; transactions are `pg_stat_database.xact_commit`. The seed's loops scan all 256 partitions every tick")
+		p("(lease expiry 1.5 s, suspension timeout 2 s) plus the cancel dispatcher (1 s) and its reconciler (10 s).")
+		p("")
+		p("| | statements/s | Postgres CPU (%% of a core) | transactions/s |")
+		p("|---|---|---|---|")
+		p("| ours | %.1f | %.2f | %.1f |", i.OursStatementsPerSec, i.OursBackendCPUPct, i.OursXactPerSec)
+		p("| seed loops | %.1f | %.2f | %.1f |", i.SeedStatementsPerSec, i.SeedBackendCPUPct, i.SeedXactPerSec)
+		p("| ours / seed | %.3f | %.3f | %.3f |", i.OursStatementsPerSec/i.SeedStatementsPerSec,
+			i.OursBackendCPUPct/i.SeedBackendCPUPct, i.OursXactPerSec/i.SeedXactPerSec)
+		p("")
+		p("Target ≤ 5 %% of the seed's statements per second: %s.", verdict(i.OursStatementsPerSec <= 0.05*i.SeedStatementsPerSec))
+	}
+	if r.Scale.SmallRows > 0 {
+		s := r.Scale
+		p("")
+		p("## Scale")
+		p("")
+		p("The tick's query (which partitions hold due rows), median of %d runs, with one due row in each partition:", tickSamples)
+		p("")
+		p("| not-due rows | tick query |")
+		p("|---|---|")
+		p("| %d | %s |", s.SmallRows, s.SmallTick.Round(10*time.Microsecond))
+		p("| %d | %s |", s.LargeRows, s.LargeTick.Round(10*time.Microsecond))
+		p("")
+		p("Ratio %.2f (target ≤ 1.5): %s.", float64(s.LargeTick)/float64(s.SmallTick), verdict(float64(s.LargeTick) <= 1.5*float64(s.SmallTick)))
+		p("")
+		p("Plan of the tick's query with %d not-due rows (each partition's probe is a run-time-pruned index scan):", s.LargeRows)
+		p("")
+		p("```\n%s\n```", s.LargePlan)
+		p("")
+		p("Plan of one partition scan:")
+		p("")
+		p("```\n%s\n```", s.ScanPlan)
+		p("")
+		p("Backlog: %d expired leases drained in %s (%.0f rows/s). %s", s.Backlog, s.BacklogDrain.Round(time.Millisecond), s.BacklogRate, s.BacklogStats)
+	}
+	return b.String()
+}

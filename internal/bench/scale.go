@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// ScaleResult shows that finding due partitions does not grow with not-due
+// rows, and how fast a large backlog drains.
+type ScaleResult struct {
+	SmallRows, LargeRows int
+	SmallTick, LargeTick time.Duration // median of the tick's due-partitions query
+	LargePlan            string        // EXPLAIN (ANALYZE) with the large table
+	ScanPlan             string        // EXPLAIN (ANALYZE) of one partition scan
+	Backlog              int
+	BacklogDrain         time.Duration
+	BacklogRate          float64
+	BacklogStats         string
+}
+
+const tickSamples = 30
+
+func (e *env) scale(ctx context.Context) (ScaleResult, error) {
+	res := ScaleResult{SmallRows: e.cfg.ScaleSmall, LargeRows: e.cfg.ScaleLarge, Backlog: e.cfg.Backlog}
+	var err error
+	for _, c := range []struct {
+		rows int
+		out  *time.Duration
+	}{{e.cfg.ScaleSmall, &res.SmallTick}, {e.cfg.ScaleLarge, &res.LargeTick}} {
+		e.progress("scale: tick query with %d not-due rows", c.rows)
+		if err := e.reset(ctx); err != nil {
+			return res, err
+		}
+		// One due row in every partition, so each probe finds something
+		// and the tick fans out to all 256 partitions.
+		if err := leaseScenario.seed(ctx, e, jobs.PartitionCount, c.rows); err != nil {
+			return res, err
+		}
+		if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+			return res, err
+		}
+		if *c.out, err = e.medianTick(ctx); err != nil {
+			return res, err
+		}
+	}
+	// Plans with the large table in place.
+	now := store.NowMs()
+	if res.LargePlan, err = e.explain(ctx, `SELECT s.p FROM (SELECT g::smallint AS p FROM generate_series(0, $1::int - 1) AS g) AS s
+	 CROSS JOIN LATERAL (SELECT 1 FROM ff_attempt a WHERE a.partition_key = s.p
+	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 LIMIT 1) AS due`, jobs.PartitionCount, now); err != nil {
+		return res, err
+	}
+	if res.ScanPlan, err = e.explain(ctx, `SELECT a.execution_id::text, a.attempt_index, a.lease_expires_at_ms
+		  FROM ff_attempt a
+		 WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2
+		 ORDER BY a.lease_expires_at_ms, a.execution_id, a.attempt_index LIMIT $3`, int16(7), now, 1000); err != nil {
+		return res, err
+	}
+
+	// Backlog drain.
+	e.progress("scale: drain a backlog of %d expired leases", e.cfg.Backlog)
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	if err := leaseScenario.seed(ctx, e, e.cfg.Backlog, 0); err != nil {
+		return res, err
+	}
+	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+		return res, err
+	}
+	rate, stats, err := e.runOurs(ctx, jobs.ReconcilerLeaseExpiry, e.cfg.Backlog, func(ctx context.Context) (int, error) {
+		return leaseScenario.remaining(ctx, e.pool)
+	})
+	if err != nil {
+		return res, err
+	}
+	res.BacklogRate, res.BacklogStats = rate, stats
+	res.BacklogDrain = time.Duration(float64(e.cfg.Backlog) / rate * float64(time.Second))
+	e.progress("scale: tick %s (%d rows) vs %s (%d rows); backlog drained in %s (%.0f rows/s)",
+		res.SmallTick, res.SmallRows, res.LargeTick, res.LargeRows, res.BacklogDrain.Round(time.Millisecond), rate)
+	return res, nil
+}
+
+// medianTick times the tick's query as the worker runs it: through a work
+// pool connection with custom plans (see internal/fleet).
+func (e *env) medianTick(ctx context.Context) (time.Duration, error) {
+	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log})
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var ds []time.Duration
+	for range tickSamples {
+		start := time.Now()
+		parts, err := store.DueLeasePartitions(ctx, f.WorkPool, store.NowMs(), jobs.PartitionCount, store.Filter{})
+		if err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(start))
+		if len(parts) != jobs.PartitionCount {
+			return 0, fmt.Errorf("tick found %d due partitions; want %d", len(parts), jobs.PartitionCount)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	return ds[len(ds)/2], nil
+}
+
+func (e *env) explain(ctx context.Context, sql string, args ...any) (string, error) {
+	rows, err := e.pool.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY ON) "+sql, args...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var lines []string
+	kept := 0
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", err
+		}
+		// A plan over 256 partitions repeats one child per partition:
+		// keep the first few and the summary.
+		if strings.Contains(line, "ff_attempt_p") {
+			kept++
+			if kept > 6 {
+				continue
+			}
+		}
+		lines = append(lines, line)
+	}
+	if kept > 6 {
+		lines = append(lines, fmt.Sprintf("   ... (%d more lines for the other partitions)", kept-6))
+	}
+	return strings.Join(lines, "\n"), rows.Err()
+}

@@ -1,0 +1,270 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// rowKey identifies a due row to the reference designs.
+type rowKey struct {
+	id string
+	n  int32
+}
+
+// scenario is one reconciler's throughput benchmark: how to seed it and how
+// the reference designs act on it.
+type scenario struct {
+	name string
+	// seed inserts due rows (deadline passed) and not-due rows.
+	seed func(ctx context.Context, e *env, due, notDue int) error
+	// remaining counts the due rows left.
+	remaining func(ctx context.Context, db store.DB) (int, error)
+	// scan is the seed's per-partition scan (batch 1000, oldest first).
+	scan func(ctx context.Context, db store.DB, p int16, nowMs int64) ([]rowKey, error)
+	// seedRow is the seed's per-row transaction body (its statements, in a
+	// transaction the caller opens and commits).
+	seedRow func(ctx context.Context, tx pgx.Tx, p int16, k rowKey, nowMs int64) error
+	// setBased acts on every due row of a partition in one statement.
+	setBased func(ctx context.Context, db store.DB, p int16, nowMs int64) error
+}
+
+// ThroughputResult compares our rate with the references, all on the same
+// data in the same run.
+type ThroughputResult struct {
+	Reconciler string
+	Due        int
+	NotDue     int
+	Ours       float64 // rows/s, first tick → last action committed
+	SeedLoop   float64 // (a) partitions one after another, one tx per row, one connection
+	Pool       float64 // (b) the same per-row transaction on the best pool size
+	PoolSize   int
+	SetBased   float64 // (c) one statement per partition
+	OursStats  string
+}
+
+const seedBatch = 1000
+
+func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, error) {
+	due, notDue := e.cfg.Due, e.cfg.Due*e.cfg.NotDueFactor
+	res := ThroughputResult{Reconciler: sc.name, Due: due, NotDue: notDue}
+
+	prepare := func() error {
+		if err := e.reset(ctx); err != nil {
+			return err
+		}
+		if err := sc.seed(ctx, e, due, notDue); err != nil {
+			return fmt.Errorf("seed: %w", err)
+		}
+		if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+			return fmt.Errorf("analyze: %w", err)
+		}
+		return nil
+	}
+	remaining := func(ctx context.Context) (int, error) {
+		n, err := sc.remaining(ctx, e.pool)
+		if err != nil {
+			return 0, fmt.Errorf("count remaining due rows: %w", err)
+		}
+		return n, nil
+	}
+
+	// (ours) one fleet process with every reconciler enabled.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	e.progress("throughput %s: ours (%d due, %d not due)", sc.name, due, notDue)
+	rate, stats, err := e.runOurs(ctx, sc.name, due, remaining)
+	if err != nil {
+		return res, err
+	}
+	res.Ours, res.OursStats = rate, stats
+
+	// (a) the seed's loop.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	e.progress("throughput %s: seed loop", sc.name)
+	if res.SeedLoop, err = e.runSeedLoop(ctx, sc, due, remaining); err != nil {
+		return res, err
+	}
+
+	// (b) per-row transactions on a pool.
+	for _, size := range e.cfg.PoolSizes {
+		if err := prepare(); err != nil {
+			return res, err
+		}
+		e.progress("throughput %s: per-row pool of %d", sc.name, size)
+		r, err := e.runPerRow(ctx, sc, size, due, remaining)
+		if err != nil {
+			return res, err
+		}
+		if r > res.Pool {
+			res.Pool, res.PoolSize = r, size
+		}
+	}
+
+	// (c) set-based.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	e.progress("throughput %s: set-based", sc.name)
+	start := time.Now()
+	now := store.NowMs()
+	for p := range int16(jobs.PartitionCount) {
+		if err := sc.setBased(ctx, e.pool, p, now); err != nil {
+			return res, err
+		}
+	}
+	if n, err := remaining(ctx); err != nil || n != 0 {
+		return res, fmt.Errorf("set-based left %d rows (%v)", n, err)
+	}
+	res.SetBased = float64(due) / time.Since(start).Seconds()
+	e.progress("throughput %s: ours %.0f/s, seed %.0f/s, pool(%d) %.0f/s, set %.0f/s",
+		sc.name, res.Ours, res.SeedLoop, res.PoolSize, res.Pool, res.SetBased)
+	return res, nil
+}
+
+// runOurs starts one fleet process and measures from its first tick to the
+// moment no due row is left.
+func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, error) {
+	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log})
+	if err != nil {
+		return 0, "", fmt.Errorf("fleet: %w", err)
+	}
+	defer f.Close()
+	if err := f.Start(ctx); err != nil {
+		return 0, "", fmt.Errorf("start fleet: %w", err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = f.Stop(stopCtx)
+	}()
+	end, err := waitDrained(ctx, 10*time.Minute, remaining)
+	if err != nil {
+		return 0, "", err
+	}
+	var first time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT min(attempted_at) FROM river.river_job WHERE kind = $1`,
+		"ff."+reconciler+".tick").Scan(&first); err != nil {
+		return 0, "", fmt.Errorf("first tick: %w", err)
+	}
+	st := f.Workers.Stats().For(reconciler).Snapshot()
+	stats := fmt.Sprintf("ticks %d, scans %d (continued %d), enqueued %d, already queued %d, applied %d, no-ops %d, errors %d",
+		st.Ticks, st.Scans, st.Continuations, st.Enqueued, st.AlreadyQueued, st.Applied, st.NoOps, st.Errors)
+	return float64(due) / end.Sub(first).Seconds(), stats, nil
+}
+
+// runSeedLoop is the seed's design exactly: one connection walks the
+// partitions one after another, scanning each and acting on its rows one
+// transaction at a time.
+func (e *env) runSeedLoop(ctx context.Context, sc scenario, due int, remaining func(context.Context) (int, error)) (float64, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	start := time.Now()
+	for {
+		for p := range int16(jobs.PartitionCount) {
+			now := store.NowMs()
+			keys, err := sc.scan(ctx, conn, p, now)
+			if err != nil {
+				return 0, err
+			}
+			for _, k := range keys {
+				if err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return sc.seedRow(ctx, tx, p, k, now) }); err != nil {
+					return 0, err
+				}
+			}
+		}
+		n, err := remaining(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			return float64(due) / time.Since(start).Seconds(), nil
+		}
+	}
+}
+
+// runPerRow is the seed's per-row transaction with `workers` connections: partitions are
+// scanned one after another, and each due row is acted on in its own
+// transaction by one of the workers (one worker is the seed's loop itself).
+func (e *env) runPerRow(ctx context.Context, sc scenario, workers, due int, remaining func(context.Context) (int, error)) (float64, error) {
+	start := time.Now()
+	type item struct {
+		p int16
+		k rowKey
+	}
+	var failed atomic.Int64
+	var firstErr error
+	var errOnce sync.Once
+	for {
+		now := store.NowMs()
+		items := make(chan item, 1024)
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				conn, err := e.pool.Acquire(ctx)
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					for range items {
+					}
+					return
+				}
+				defer conn.Release()
+				for it := range items {
+					err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return sc.seedRow(ctx, tx, it.p, it.k, now) })
+					if err != nil {
+						failed.Add(1)
+						errOnce.Do(func() { firstErr = err })
+					}
+				}
+			}()
+		}
+		scanConn, err := e.pool.Acquire(ctx)
+		if err != nil {
+			close(items)
+			wg.Wait()
+			return 0, err
+		}
+		for p := range int16(jobs.PartitionCount) {
+			keys, err := sc.scan(ctx, scanConn, p, now)
+			if err != nil {
+				scanConn.Release()
+				close(items)
+				wg.Wait()
+				return 0, err
+			}
+			for _, k := range keys {
+				items <- item{p, k}
+			}
+		}
+		scanConn.Release()
+		close(items)
+		wg.Wait()
+		if firstErr != nil {
+			return 0, fmt.Errorf("%d row transactions failed, first: %w", failed.Load(), firstErr)
+		}
+		n, err := remaining(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	return float64(due) / time.Since(start).Seconds(), nil
+}
