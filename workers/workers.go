@@ -122,6 +122,8 @@ var registrars = map[string]func(*river.Workers, *deps) error{
 	LeaseExpiry:       registerLeaseExpiry,
 	DelayedPromotion:  registerDelayedPromotion,
 	SuspensionTimeout: registerSuspensionTimeout,
+	CancelDispatch:    registerCancelDispatch,
+	CancelReconcile:   registerCancelReconcile,
 }
 
 // Implemented lists the reconcilers this package has workers for, in the
