@@ -32,6 +32,7 @@ func commands() []command {
 		{"migrate", "create River's tables and, with --ff-schema, FlowFabric's ff_* tables", migrateCommand},
 		{"lease-history", "print (or --follow) lease events from ff_lease_event", leaseHistoryCommand},
 		{"promote", "enqueue an ad-hoc delayed promotion", promoteCommand},
+		{"status", "show due rows, River queues, the leader and worker heartbeats", statusCommand},
 	}
 }
 
