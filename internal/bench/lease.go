@@ -12,17 +12,6 @@ import (
 // The SQL in this package's reference designs is the seeds' own, kept here
 // (not in store/) because it is a yardstick, not something the worker runs.
 
-// seedExecs inserts n executions spread over the 256 partitions and returns
-// nothing; rows are generated server-side so seeding 1M rows takes seconds.
-const seedExecsSQL = `
-INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-       eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
-SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', $2, $3, $4, $5, $6, 1,
-       CASE WHEN $7::bigint IS NULL THEN NULL ELSE $7::bigint - (g % 1000) END,
-       jsonb_build_object('namespace', 'bench', 'tags', jsonb_build_object('cairn.instance_id', 'bench-1'),
-                          'bench_deadline_ms', $7::bigint - (g % 1000))
-  FROM generate_series(1, $1) AS g`
-
 var leaseScenario = scenario{
 	name: "lease_expiry",
 	seed: func(ctx context.Context, e *env, due, notDue int) error {
