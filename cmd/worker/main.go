@@ -33,6 +33,7 @@ func commands() []command {
 		{"lease-history", "print (or --follow) lease events from ff_lease_event", leaseHistoryCommand},
 		{"promote", "enqueue an ad-hoc delayed promotion", promoteCommand},
 		{"status", "show due rows, River queues, the leader and worker heartbeats", statusCommand},
+		{"demo", "feed a demo workload of every reconciler's rows into the ff_* tables", demoCommand},
 	}
 }
 

@@ -1,0 +1,397 @@
+// Package demo feeds a realistic workload into the ff_* tables so that a
+// fleet started with `make run` has something to reconcile and River UI and
+// `worker status` have something to show: expiring leases, timing-out
+// suspensions of every behaviour, delayed executions coming due and quorum
+// edge groups with pending sibling cancels, spread over all partitions.
+//
+// The SQL lives here rather than in package store on purpose. store holds
+// the statements the reconcilers run against a production FlowFabric
+// database; these statements play FlowFabric itself, writing rows the way
+// its engine would. They are fixtures, never run by the fleet, and keeping
+// them out of store keeps store's contract (every statement is one a
+// reconciler needs) true.
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tenant of every demo row: a fleet run with --namespace demo or
+// --instance-tag cairn.instance_id=demo-1 reconciles them, and one filtered
+// to another tenant leaves them alone.
+const (
+	Namespace      = "demo"
+	InstanceTagKey = "cairn.instance_id"
+	InstanceTag    = "demo-1"
+)
+
+// DefaultRate is the default number of items per second: about what a
+// small FlowFabric deployment produces, and enough to keep every reconciler
+// busy without flooding River UI.
+const DefaultRate = 20
+
+// UnknownBehavior is a timeout_behavior FlowFabric does not define; the
+// suspension-timeout reconciler applies it as fail.
+const UnknownBehavior = "hibernate"
+
+// Behaviors lists the timeout behaviours the demo writes; "" stands for
+// NULL (which means fail).
+var Behaviors = []string{"", "fail", "cancel", "expire", "escalate", "auto_resume_with_timeout_signal", UnknownBehavior}
+
+// Kind is one kind of demo item: a row some reconciler will act on.
+type Kind int
+
+// Item kinds.
+const (
+	// LeaseExpired is an active execution whose lease lapsed moments ago.
+	LeaseExpired Kind = iota
+	// LeaseExpiring is an active execution whose lease lapses shortly.
+	LeaseExpiring
+	// Suspension is a suspended execution whose timeout lapses about now,
+	// with one of Behaviors in turn.
+	Suspension
+	// Delayed is a runnable execution delayed until about now.
+	Delayed
+	// CancelGroup is a quorum edge group whose quorum was just satisfied:
+	// its flag is set, its members are live sibling executions, and a
+	// pending cancel row points at it (for the dispatcher).
+	CancelGroup
+	// OrphanPending is a pending cancel row whose edge group does not exist
+	// (for either reconciler to delete).
+	OrphanPending
+	// StalePending is a pending cancel row whose edge group has its flag
+	// clear, as a flow cancel writes it (for the cancel reconciler).
+	StalePending
+	numKinds
+)
+
+var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group", "orphan_pending", "stale_pending"}
+
+func (k Kind) String() string {
+	if k >= 0 && k < numKinds {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// deck is the order items are dealt in, over and over. Any DeckSize
+// consecutive items hold every kind and every suspension behaviour (there
+// are seven Suspension entries, one per behaviour in turn), so one
+// second at the default rate, or one --once batch, has a bit of everything.
+// Leases come in both flavours so that River UI shows releases arriving
+// steadily rather than only in bursts.
+var deck = []Kind{
+	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension,
+	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, Suspension, Delayed,
+	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, Delayed,
+}
+
+// DeckSize is the smallest batch holding every kind and behaviour.
+var DeckSize = len(deck)
+
+// Counts is what was inserted.
+type Counts struct {
+	// Items per kind.
+	Items [numKinds]int
+	// Behaviors counts suspensions by timeout behaviour ("" for NULL).
+	Behaviors map[string]int
+	// Rows is the number of table rows written (executions, attempts,
+	// suspensions, edge groups, pending rows).
+	Rows int
+	// Siblings is the number of live sibling executions listed on cancel
+	// groups.
+	Siblings int
+	// LastDueMs is the latest deadline among the items: after it every
+	// item is due.
+	LastDueMs int64
+}
+
+// Total is the number of items.
+func (c Counts) Total() int {
+	n := 0
+	for _, v := range c.Items {
+		n += v
+	}
+	return n
+}
+
+// Add adds o to c.
+func (c *Counts) Add(o Counts) {
+	for i := range c.Items {
+		c.Items[i] += o.Items[i]
+	}
+	if c.Behaviors == nil {
+		c.Behaviors = map[string]int{}
+	}
+	for b, n := range o.Behaviors {
+		c.Behaviors[b] += n
+	}
+	c.Rows += o.Rows
+	c.Siblings += o.Siblings
+	c.LastDueMs = max(c.LastDueMs, o.LastDueMs)
+}
+
+// String is the one-line summary `worker demo` prints.
+func (c Counts) String() string {
+	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), orphan pending %d, stale pending %d",
+		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
+		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending])
+}
+
+// Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Feeder deals items from the deck, keeping its place between batches so
+// that successive small batches still cycle through every kind.
+type Feeder struct {
+	db       Beginner
+	rng      *rand.Rand
+	next     int // position in deck
+	behavior int // next suspension behaviour
+}
+
+// NewFeeder returns a feeder writing to db. A seed of 0 picks a random one.
+func NewFeeder(db Beginner, seed uint64) *Feeder {
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	return &Feeder{db: db, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// Insert writes the next n items in one transaction, with deadlines
+// relative to now.
+func (f *Feeder) Insert(ctx context.Context, n int, now time.Time) (Counts, error) {
+	c := Counts{Behaviors: map[string]int{}}
+	if n <= 0 {
+		return c, nil
+	}
+	b := &pgx.Batch{}
+	nowMs := now.UnixMilli()
+	for range n {
+		k := deck[f.next]
+		f.next = (f.next + 1) % len(deck)
+		f.add(b, k, nowMs, &c)
+		c.Items[k]++
+	}
+	tx, err := f.db.Begin(ctx)
+	if err != nil {
+		return Counts{}, fmt.Errorf("demo: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // a no-op after commit
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Counts{}, fmt.Errorf("demo: insert %d items: %w", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Counts{}, fmt.Errorf("demo: commit: %w", err)
+	}
+	return c, nil
+}
+
+// between returns a time in [nowMs+loMs, nowMs+hiMs).
+func (f *Feeder) between(nowMs, loMs, hiMs int64) int64 {
+	return nowMs + loMs + f.rng.Int64N(hiMs-loMs)
+}
+
+func (f *Feeder) partition() int16 { return int16(f.rng.IntN(256)) }
+
+func (f *Feeder) uuid() string {
+	var b [16]byte
+	for i := range b {
+		b[i] = byte(f.rng.Uint32())
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// add queues the statements of one item.
+func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
+	p := f.partition()
+	due := func(ms int64) int64 { c.LastDueMs = max(c.LastDueMs, ms); return ms }
+	switch k {
+	case LeaseExpired, LeaseExpiring:
+		expires := f.between(nowMs, -3000, 0)
+		if k == LeaseExpiring {
+			expires = f.between(nowMs, 1000, 5000)
+		}
+		id := f.uuid()
+		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
+			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+		        lease_epoch, lease_expires_at_ms, started_at_ms)
+		 VALUES ($1, $2, 0, $3, $4, 1, $5, $6)`,
+			p, id, fmt.Sprintf("demo-worker-%d", f.rng.IntN(8)), "demo-worker-i1", due(expires), nowMs-30_000)
+		c.Rows += 2
+	case Suspension:
+		behavior := Behaviors[f.behavior]
+		f.behavior = (f.behavior + 1) % len(Behaviors)
+		c.Behaviors[behavior]++
+		var bh any
+		if behavior != "" {
+			bh = behavior
+		}
+		id := f.uuid()
+		f.exec(b, execRow{p: p, id: id, phase: "suspended", ownership: "unowned", eligibility: "not_applicable",
+			public: "suspended", attempt: "attempt_interrupted", startedMs: nowMs - 60_000, nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
+		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
+		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, $6)`,
+			p, id, f.uuid(), nowMs-60_000, due(f.between(nowMs, -2000, 4000)), bh)
+		c.Rows += 2
+	case Delayed:
+		f.exec(b, execRow{p: p, id: f.uuid(), phase: "runnable", ownership: "unowned", eligibility: "not_eligible_until_time",
+			public: "delayed", attempt: "pending_retry_attempt", deadlineMs: due(f.between(nowMs, -2000, 4000)), nowMs: nowMs})
+		c.Rows++
+	case CancelGroup:
+		// An any_of(1) group whose first upstream just succeeded: the
+		// winner is terminal, the other upstreams are still live, and
+		// FlowFabric has raised the flag listing them for cancellation.
+		flow, downstream := f.uuid(), f.uuid()
+		f.exec(b, execRow{p: p, id: f.uuid(), flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
+			public: "completed", attempt: "attempt_terminal", terminalMs: nowMs - 100, nowMs: nowMs})
+		siblings := make([]string, 2+f.rng.IntN(2))
+		for i := range siblings {
+			siblings[i] = f.uuid()
+			f.exec(b, execRow{p: p, id: siblings[i], flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
+				public: "waiting", attempt: "pending", nowMs: nowMs})
+		}
+		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
+			public: "waiting", attempt: "pending", nowMs: nowMs})
+		f.edgeGroup(b, p, flow, downstream, true, siblings, len(siblings))
+		f.pending(b, p, flow, downstream, due(nowMs))
+		c.Rows += 1 + len(siblings) + 1 + 2
+		c.Siblings += len(siblings)
+	case OrphanPending:
+		// A pending row left behind after its edge group was removed. The
+		// downstream execution exists (cancelled with its flow), so a
+		// tenant filter can place the row.
+		flow, downstream := f.uuid(), f.uuid()
+		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
+			public: "cancelled", attempt: "cancelled", terminalMs: nowMs - 1000, nowMs: nowMs})
+		f.pending(b, p, flow, downstream, due(nowMs))
+		c.Rows += 2
+	case StalePending:
+		// A flow cancel wrote the pending row without raising the flag.
+		flow, downstream := f.uuid(), f.uuid()
+		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
+			public: "cancelled", attempt: "cancelled", terminalMs: nowMs - 1000, nowMs: nowMs})
+		f.edgeGroup(b, p, flow, downstream, false, nil, 0)
+		f.pending(b, p, flow, downstream, due(nowMs))
+		c.Rows += 3
+	}
+}
+
+type execRow struct {
+	p                                              int16
+	id, flow                                       string
+	phase, ownership, eligibility, public, attempt string
+	deadlineMs, startedMs, terminalMs              int64 // 0: NULL
+	nowMs                                          int64
+}
+
+func nullMs(v int64) any {
+	if v == 0 {
+		return nil
+	}
+	return v
+}
+
+func (f *Feeder) exec(b *pgx.Batch, e execRow) {
+	raw, _ := json.Marshal(map[string]any{
+		"namespace":        Namespace,
+		"tags":             map[string]string{InstanceTagKey: InstanceTag},
+		"last_mutation_at": fmt.Sprint(e.nowMs),
+	})
+	var flow any
+	if e.flow != "" {
+		flow = e.flow
+	}
+	lane := []string{"default", "batch", "interactive"}[f.rng.IntN(3)]
+	b.Queue(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields)
+	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb)`,
+		e.p, e.id, flow, lane, e.phase, e.ownership, e.eligibility, e.public, e.attempt,
+		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw))
+}
+
+func (f *Feeder) edgeGroup(b *pgx.Batch, p int16, flow, downstream string, flag bool, members []string, running int) {
+	if members == nil {
+		members = []string{}
+	}
+	b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
+	        success_count, running_count, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+	 VALUES ($1, $2, $3, '{"kind": "any_of", "on_satisfied": "cancel_remaining"}'::jsonb, 1, 1, $4, $5, $6)`,
+		p, flow, downstream, running, flag, members)
+}
+
+func (f *Feeder) pending(b *pgx.Batch, p int16, flow, downstream string, enqueuedMs int64) {
+	b.Queue(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+	 VALUES ($1, $2, $3, $4)`, p, flow, downstream, enqueuedMs)
+}
+
+// Run feeds about rate items per second, spread over the second, until ctx
+// ends or duration passes (0: no limit), calling report once a second with
+// what that second inserted. It returns what it inserted in all; ctx ending
+// is a clean stop, not an error.
+func Run(ctx context.Context, f *Feeder, rate int, duration time.Duration, report func(Counts)) (Counts, error) {
+	if rate <= 0 {
+		return Counts{}, fmt.Errorf("demo: rate %d must be positive", rate)
+	}
+	if duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, duration)
+		defer cancel()
+	}
+	// Five slices a second keep the feed smooth; the quota is computed from
+	// the elapsed time, so a slow insert is caught up, not lost.
+	const slice = 200 * time.Millisecond
+	start := time.Now()
+	total := Counts{Behaviors: map[string]int{}}
+	second := Counts{Behaviors: map[string]int{}}
+	lastReport := start
+	ticker := time.NewTicker(slice)
+	defer ticker.Stop()
+	for {
+		now := time.Now()
+		want := int(float64(rate) * now.Sub(start).Seconds())
+		if want == 0 && total.Total() == 0 {
+			want = 1 // something at once, not after the first slice
+		}
+		if n := want - total.Total(); n > 0 {
+			c, err := f.Insert(ctx, n, now)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				return total, err
+			}
+			total.Add(c)
+			second.Add(c)
+		}
+		if now.Sub(lastReport) >= time.Second {
+			if report != nil {
+				report(second)
+			}
+			second = Counts{Behaviors: map[string]int{}}
+			lastReport = now
+		}
+		select {
+		case <-ctx.Done():
+		case <-ticker.C:
+			continue
+		}
+		break
+	}
+	if report != nil && second.Total() > 0 {
+		report(second)
+	}
+	return total, nil
+}

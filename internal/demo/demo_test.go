@@ -1,0 +1,75 @@
+package demo
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Every window of DeckSize consecutive items, wherever a batch starts, must
+// hold every kind and every timeout behaviour: --once and each second at
+// the default rate promise a bit of everything.
+func TestEveryDeckWindowHasEverything(t *testing.T) {
+	suspensions := 0
+	for _, k := range deck {
+		if k == Suspension {
+			suspensions++
+		}
+	}
+	if suspensions != len(Behaviors) {
+		t.Fatalf("deck has %d suspensions; want one per behaviour (%d) so each deck cycles through all", suspensions, len(Behaviors))
+	}
+	if DefaultRate < DeckSize {
+		t.Fatalf("DefaultRate %d is below DeckSize %d: a second would miss kinds", DefaultRate, DeckSize)
+	}
+	for start := range deck {
+		var seen [numKinds]bool
+		for i := range DeckSize {
+			seen[deck[(start+i)%len(deck)]] = true
+		}
+		for k, ok := range seen {
+			if !ok {
+				t.Errorf("window starting at %d lacks %s", start, Kind(k))
+			}
+		}
+	}
+}
+
+// failingDB is a Beginner whose transactions never start.
+type failingDB struct{}
+
+func (failingDB) Begin(context.Context) (pgx.Tx, error) { return nil, context.Canceled }
+
+func TestFeederCountsAndDeadlines(t *testing.T) {
+	f := NewFeeder(failingDB{}, 1)
+	now := time.UnixMilli(1_000_000_000)
+	var c Counts
+	c.Behaviors = map[string]int{}
+	b := &pgx.Batch{}
+	for range 2 * DeckSize {
+		k := deck[f.next]
+		f.next = (f.next + 1) % len(deck)
+		f.add(b, k, now.UnixMilli(), &c)
+		c.Items[k]++
+	}
+	if c.Total() != 2*DeckSize {
+		t.Fatalf("total %d; want %d", c.Total(), 2*DeckSize)
+	}
+	for _, bh := range Behaviors {
+		if c.Behaviors[bh] != 2 {
+			t.Errorf("behaviour %q: %d suspensions; want 2", bh, c.Behaviors[bh])
+		}
+	}
+	// Deadlines fall within a few seconds of now, so a fleet acts soon.
+	if d := c.LastDueMs - now.UnixMilli(); d <= 0 || d > 5000 {
+		t.Errorf("last deadline %d ms after now; want within 5 s", d)
+	}
+	if b.Len() != c.Rows {
+		t.Errorf("%d statements for %d rows; want one statement per row", b.Len(), c.Rows)
+	}
+	if _, err := f.Insert(context.Background(), 1, now); err == nil {
+		t.Error("Insert with a failing Begin: want an error")
+	}
+}
