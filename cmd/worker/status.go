@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
@@ -32,6 +34,9 @@ const (
 	statusDueCap = 100_000
 	// statusLateAfter marks a heartbeat as late: three beats missed.
 	statusLateAfter = 3 * heartbeat.DefaultInterval
+	// statusAttempts bounds the reads of a report that fail with "out of
+	// shared memory".
+	statusAttempts = 4
 )
 
 // statusReport is everything `worker status` shows; its JSON form is the
@@ -156,7 +161,25 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	}
 	defer pool.Close()
 
-	rep, err := readStatus(ctx, pool, schema, filter, top)
+	// The due-row counts read every partition of their table, locking 256
+	// children and their indexes for a moment. On a server whose lock table
+	// is small (max_locks_per_transaction below FlowFabric's recommended
+	// 256) and busy, such a read can fail with "out of shared memory" while
+	// the next one succeeds: retry that error a few times, as a person
+	// would, before reporting it.
+	var rep *statusReport
+	for attempt := 1; ; attempt++ {
+		rep, err = readStatus(ctx, pool, schema, filter, top)
+		var pgErr *pgconn.PgError
+		if err == nil || attempt == statusAttempts || !errors.As(err, &pgErr) || pgErr.Code != "53200" { // out_of_memory, which "out of shared memory" is
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * 250 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return dbconn.Scrub(err, dsn)
 	}
