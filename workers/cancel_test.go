@@ -173,7 +173,7 @@ func TestCancelDispatchAndReconcile(t *testing.T) {
 	fleettest.WaitFor(t, 30*time.Second, "every pending row handled", func() (bool, string) {
 		return applied() >= int64(len(flagged)+len(cleared)+1), fleettest.Statusf("%d applied", applied())
 	})
-	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups`); n != 0 {
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key IN (20, 21, 22, 23)`); n != 0 {
 		t.Fatalf("%d pending rows left", n)
 	}
 	for _, g := range flagged {
@@ -280,15 +280,16 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 	db := testdb.New(t)
 	pool := db.Pool
 	const groups = 120
+	parts := somePartitions(40)
 	var gs []group
 	for i := range groups / 2 {
-		gs = append(gs, insertGroup(t, pool, int16(i*2%256), 3, i%3 == 0, true, ""))
+		gs = append(gs, insertGroup(t, pool, parts[i%len(parts)], 3, i%3 == 0, true, ""))
 	}
 	cfg := fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerCancelDispatch, jobs.ReconcilerCancelReconcile), BatchSize: 20}
 	f1 := fleettest.Start(t, db, cfg)
 	f2 := fleettest.Start(t, db, cfg)
 	for i := groups / 2; i < groups; i++ {
-		gs = append(gs, insertGroup(t, pool, int16(i*2%256), 3, i%3 == 0, true, ""))
+		gs = append(gs, insertGroup(t, pool, parts[i%len(parts)], 3, i%3 == 0, true, ""))
 	}
 
 	applied := func() int64 {
@@ -298,16 +299,18 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 	fleettest.WaitFor(t, 40*time.Second, "every group dispatched", func() (bool, string) {
 		return applied() >= groups, fleettest.Statusf("%d applied", applied())
 	})
-	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups`); n != 0 {
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key = ANY($1)`, parts); n != 0 {
 		t.Fatalf("%d pending rows left", n)
 	}
-	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE cancellation_reason = 'sibling_quorum_satisfied'`); n != 3*groups {
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE partition_key = ANY($1)
+		AND cancellation_reason = 'sibling_quorum_satisfied'`, parts); n != 3*groups {
 		t.Fatalf("%d siblings cancelled; want %d", n, 3*groups)
 	}
 	for _, g := range gs {
 		g.checkUserCancelKept(t, pool)
 	}
-	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_edge_group WHERE cancel_siblings_pending_flag`); n != 0 {
+	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_edge_group WHERE partition_key = ANY($1)
+		AND cancel_siblings_pending_flag`, parts); n != 0 {
 		t.Fatalf("%d groups still flagged", n)
 	}
 	s1 := f1.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot()
