@@ -2,7 +2,11 @@
 //
 //	worker migrate [--ff-schema]   create River's tables (and the ff_* tables)
 //	worker run                     run the reconcilers, River UI and health endpoints
+//	worker promote                 enqueue an ad-hoc delayed promotion
+//	worker status                  due rows, River queues, leader, heartbeats
+//	worker demo                    feed a demo workload into the ff_* tables
 //	worker lease-history           print or follow the lease event stream
+//	worker bench                   benchmark against the seed's design
 //
 // Every flag also reads an environment variable; `worker <command> --help`
 // lists them.
@@ -30,6 +34,7 @@ func commands() []command {
 	return []command{
 		{"run", "run the reconcilers as River workers, with River UI and health endpoints", runCommand},
 		{"migrate", "create River's tables and, with --ff-schema, FlowFabric's ff_* tables", migrateCommand},
+		{"bench", "benchmark the fleet against the seed's design (throughput, lateness, idle cost, scale)", benchCommand},
 		{"lease-history", "print (or --follow) lease events from ff_lease_event", leaseHistoryCommand},
 		{"promote", "enqueue an ad-hoc delayed promotion", promoteCommand},
 		{"status", "show due rows, River queues, the leader and worker heartbeats", statusCommand},
