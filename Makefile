@@ -6,17 +6,26 @@ BIN       := bin/worker
 # local server's URL (starting one if needed).
 DB_URL     = $$(./scripts/ensure-postgres.sh)
 
-.PHONY: all build run migrate test test-short lint bench clean
+.PHONY: all build run migrate test lint bench clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN) ./cmd/worker
 
-## run: start (or find) PostgreSQL, migrate River and the ff_* tables, run the worker with River UI.
+# DEMO_RATE: items per second `make run` feeds into the ff_* tables so a
+# newcomer sees the reconcilers work at once (0 turns the demo feed off).
+DEMO_RATE ?= 20
+
+## run: start (or find) PostgreSQL, migrate River and the ff_* tables, feed a demo workload, run the worker with River UI.
 run: build
 	@url=$(DB_URL) && \
 	DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema && \
+	if [ "$(DEMO_RATE)" != 0 ]; then \
+	  DATABASE_URL="$$url" ./$(BIN) demo --rate $(DEMO_RATE) > bin/demo.log 2>&1 & demo=$$!; \
+	  trap 'kill -INT $$demo 2>/dev/null; wait $$demo' EXIT; \
+	  echo "demo workload: $(DEMO_RATE) items/s in namespace demo (log: bin/demo.log; DEMO_RATE=0 turns it off)"; \
+	fi; \
 	DATABASE_URL="$$url" ./$(BIN) run
 
 ## migrate: create River's tables and the ff_* tables in $DATABASE_URL (or the local server).
@@ -32,6 +41,10 @@ lint:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## bench: benchmark against the seed's design on a throwaway database and write docs/benchmarks.md.
+bench: build
+	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) bench --out docs/benchmarks.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin

@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/periodic"
@@ -143,7 +144,7 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 		"reconcilers", enabledList(fc.Reconcilers), "namespace", fc.Filter.Namespace,
 		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr,
 		"ui", rc.ui, "ui_auth", rc.uiUser != "", "ui_read_only", rc.uiReadOnly)
-	if rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {
+	if rc.httpAddr != "" && rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {
 		logger.Warn("River UI is served without authentication on a non-loopback address; anyone who reaches it can cancel, delete and retry jobs (set --ui-auth or --ui-read-only)",
 			"http_addr", rc.httpAddr)
 	}
@@ -191,6 +192,18 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	if err := f.Start(ctx); err != nil {
 		return fmt.Errorf("start River client: %w", dbconn.Scrub(err, fc.DatabaseURL))
 	}
+	// The heartbeat row (worker status) outlives ctx until Stop has
+	// finished: deferred after f.Close, this runs first. It uses River's
+	// pool, which row jobs cannot saturate.
+	hbCtx, stopHeartbeat := context.WithCancel(context.WithoutCancel(ctx))
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		if err := heartbeat.Run(hbCtx, f.RiverPool, fc.RiverSchema, f.Client.ID(), heartbeat.DefaultInterval, logger); err != nil {
+			logger.Warn("worker heartbeat not started", "error", err)
+		}
+	}()
+	defer func() { stopHeartbeat(); <-hbDone }()
 	ready.Store(true)
 	logger.Info("worker running", "http_addr", addr, "river_ui", uiURL(addr, rc.ui))
 	if started != nil {
