@@ -186,6 +186,9 @@ func (SuspensionTimeoutScanArgs) InsertOpts() river.InsertOpts { return scanOpts
 type SuspensionExpireArgs struct {
 	Partition   int16  `json:"partition" river:"unique"`
 	ExecutionID string `json:"execution_id" river:"unique"`
+	// DeadlineMs is the timeout the scan saw, for the lateness metric; not
+	// part of the unique key.
+	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 
 // Kind implements river.JobArgs.

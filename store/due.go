@@ -33,17 +33,18 @@ var dueSources = map[string]dueSource{
 		dueCond: `r.deadline_at_ms IS NOT NULL AND r.deadline_at_ms <= $1
 		          AND r.lifecycle_phase = 'runnable' AND r.eligibility_state = 'not_eligible_until_time'`,
 	},
-	// Pending cancel groups are due as soon as they exist; a group belongs
-	// to the tenant of its downstream execution.
+	// Pending cancel groups are due as soon as they exist, as the scans
+	// treat them ($1 is unused); a group belongs to the tenant of its
+	// downstream execution.
 	"cancel_dispatch": {
 		from:    `ff_pending_cancel_groups r`,
 		joinE:   `ff_exec_core e ON e.partition_key = r.partition_key AND e.execution_id = r.downstream_eid`,
-		dueCond: `r.enqueued_at_ms <= $1`,
+		dueCond: `$1::bigint IS NOT NULL`,
 	},
 	"cancel_reconcile": {
 		from:    `ff_pending_cancel_groups r`,
 		joinE:   `ff_exec_core e ON e.partition_key = r.partition_key AND e.execution_id = r.downstream_eid`,
-		dueCond: `r.enqueued_at_ms <= $1`,
+		dueCond: `$1::bigint IS NOT NULL`,
 	},
 }
 

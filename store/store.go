@@ -2,13 +2,15 @@
 // FlowFabric ff_* tables. It knows nothing of River: workers call it with a
 // pool or a transaction.
 //
-// Each scan states the index it relies on; each row action is one statement
-// whose data-modifying CTEs re-check the row's condition in the UPDATE's
-// WHERE clause. Under READ COMMITTED an UPDATE locks the row and re-evaluates
-// its WHERE clause against the newest committed version before changing it,
-// which is the same guarantee as SELECT … FOR UPDATE followed by a check, in
-// one round trip. A second run of the same action finds the condition false
-// and changes nothing.
+// Each scan states the index it relies on. The lease, suspension and
+// promotion actions are one statement each, whose data-modifying CTEs
+// re-check the row's condition under its row lock: under READ COMMITTED an
+// UPDATE (or SELECT … FOR UPDATE) locks the row and re-evaluates its WHERE
+// clause against the newest committed version, which is the seeds' SELECT …
+// FOR UPDATE then check, in one round trip. The two sibling-cancel actions
+// branch on what they find (SKIP LOCKED, then a probe), so they are short
+// transactions that lock first and decide after. Either way a second run of
+// the same action finds the condition false and changes nothing.
 package store
 
 import (

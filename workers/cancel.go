@@ -129,6 +129,8 @@ func (w *cancelDispatchWorker) Work(ctx context.Context, job *river.Job[jobs.Can
 	}
 	log := w.d.log().With("reconciler", CancelDispatch, "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "job_id", job.ID, "outcome", res.Outcome.String())
+	jobLog(ctx).Info("sibling-cancel dispatch", "partition", a.Partition, "flow_id", a.FlowID,
+		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String(), "siblings_cancelled", res.Cancelled)
 	if len(res.BadMembers) > 0 {
 		c.Skipped.Add(int64(len(res.BadMembers)))
 		log.Warn("edge group lists members that are not UUIDs; skipped them", "bad_members", res.BadMembers)
@@ -231,6 +233,8 @@ func (w *cancelReconcileWorker) Work(ctx context.Context, job *river.Job[jobs.Ca
 	}
 	log := w.d.log().With("reconciler", CancelReconcile, "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "job_id", job.ID, "outcome", res.Outcome.String())
+	jobLog(ctx).Info("pending cancel group reconciled", "partition", a.Partition, "flow_id", a.FlowID,
+		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String())
 	if len(res.BadMembers) > 0 && res.Changed() {
 		// Warned once, when the group is settled, not at every pass that
 		// leaves it to the dispatcher (which warns on its own).

@@ -119,8 +119,13 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 	}
 	log := w.d.log().With("reconciler", DelayedPromotion, "execution", target.String(), "job_id", job.ID)
 	if res.Promoted() {
-		c.Applied.Add(1)
+		var deadline int64
+		if res.DeadlineAtMs != nil {
+			deadline = *res.DeadlineAtMs
+		}
+		w.d.applied(DelayedPromotion, deadline)
 		log.Debug("promoted delayed execution to eligible_now")
+		jobLog(ctx).Info("promoted delayed execution to eligible_now", "execution", target.String(), "delay_until_ms", deadline)
 		return nil
 	}
 	c.NoOps.Add(1)
@@ -130,11 +135,14 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 		if wait <= MaxPromoteSnooze && snoozes < MaxPromoteSnoozes {
 			log.Debug("execution not due yet; snoozing until its delay-until",
 				"deadline_at_ms", *res.DeadlineAtMs, "snooze", wait, "snoozes", snoozes)
+			jobLog(ctx).Info("execution not due yet; snoozing until its delay-until", "execution", target.String(),
+				"delay_until_ms", *res.DeadlineAtMs)
 			return river.JobSnooze(wait)
 		}
 	}
 	log.Debug("nothing to promote", "outcome", string(res.Outcome), "lifecycle_phase", res.LifecyclePhase,
 		"eligibility_state", res.EligibilityState, "deadline_at_ms", res.DeadlineAtMs)
+	jobLog(ctx).Info("nothing to promote", "execution", target.String(), "outcome", string(res.Outcome))
 	return nil
 }
 

@@ -47,7 +47,7 @@ var suspensionScan = &scanSpec[store.ExpiredSuspension]{
 	scan: store.ScanExpiredSuspensions,
 	key:  func(s store.ExpiredSuspension) string { return s.ExecutionID },
 	rowJob: func(p int16, s store.ExpiredSuspension) river.JobArgs {
-		return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: s.ExecutionID}
+		return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: s.ExecutionID, DeadlineMs: s.TimeoutAtMs}
 	},
 	cursor: func(s store.ExpiredSuspension) jobs.ScanCursor {
 		return jobs.ScanCursor{AtMs: s.TimeoutAtMs, ID: s.ExecutionID}
@@ -95,9 +95,14 @@ func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.S
 	if !res.Applied {
 		c.NoOps.Add(1)
 		log.Debug("suspension resolved or timeout no longer lapsed; nothing to do")
+		jobLog(ctx).Info("suspension resolved or timeout no longer lapsed under lock; nothing changed",
+			"partition", a.Partition, "execution_id", a.ExecutionID)
 		return nil
 	}
-	c.Applied.Add(1)
+	w.d.applied(SuspensionTimeout, a.DeadlineMs)
+	jobLog(ctx).Info("suspension timed out", "partition", a.Partition, "execution_id", a.ExecutionID,
+		"timeout_behavior", res.Behavior, "action", res.Action, "completion_event_id", res.EventID,
+		"execution_missing", res.ExecMissing)
 	log = log.With("timeout_behavior", res.Behavior, "action", res.Action)
 	if res.UnknownBehavior {
 		log.Warn("unknown suspension timeout behaviour; applied as fail")
