@@ -6,7 +6,7 @@ BIN       := bin/worker
 # local server's URL (starting one if needed).
 DB_URL     = $$(./scripts/ensure-postgres.sh)
 
-.PHONY: all build run migrate test lint bench clean
+.PHONY: all build run migrate test test-fleet lint bench clean
 
 all: build
 
@@ -35,6 +35,11 @@ migrate: build
 ## test: lint, then every test against a real PostgreSQL (each test makes its own database).
 test: lint
 	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" $(GO) test -count=1 -p 1 -timeout 20m ./...
+
+## test-fleet: the long chaos test: 3 real worker processes, ~90 s of feed, kills and backend terminations,
+## River's rescuer (about 2 minutes). FF_CHAOS_REPORT=path also writes the figures as JSON.
+test-fleet:
+	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" FF_CHAOS_LONG=1 $(GO) test -count=1 -run TestFleetChaos -v ./internal/chaostest/
 
 ## lint: go vet and gofmt.
 lint:
