@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Sibling-cancel dispatch and its reconciler both walk ff_pending_cancel_groups.
@@ -384,24 +385,41 @@ func inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) (commit bool, err er
 
 // lockEdgeGroup locks an edge group and reads its flag and members. With
 // skipLocked, a group another transaction holds reads as not found.
+//
+// FlowFabric never writes NULL elements into the members array, but the
+// column type allows them: they are read as NullMember, which is not a UUID,
+// so they are skipped with a warning like any other malformed member instead
+// of failing the whole group on every retry.
 func lockEdgeGroup(ctx context.Context, tx pgx.Tx, partition int16, flowID, downstreamEID string, skipLocked bool) (flag bool, members []string, found bool, err error) {
 	lock := `FOR UPDATE`
 	if skipLocked {
 		lock = `FOR UPDATE SKIP LOCKED`
 	}
+	var raw []pgtype.Text
 	err = tx.QueryRow(ctx, `
 		SELECT cancel_siblings_pending_flag, cancel_siblings_pending_members
 		  FROM ff_edge_group
 		 WHERE partition_key = $1 AND flow_id = $2::uuid AND downstream_eid = $3::uuid
-		 `+lock, partition, flowID, downstreamEID).Scan(&flag, &members)
+		 `+lock, partition, flowID, downstreamEID).Scan(&flag, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil, false, nil
 	}
 	if err != nil {
 		return false, nil, false, fmt.Errorf("lock edge group: %w", err)
 	}
+	members = make([]string, len(raw))
+	for i, m := range raw {
+		members[i] = NullMember
+		if m.Valid {
+			members[i] = m.String
+		}
+	}
 	return flag, members, true, nil
 }
+
+// NullMember stands for a NULL element of cancel_siblings_pending_members in
+// results and warnings.
+const NullMember = "NULL"
 
 func clearGroup(ctx context.Context, tx pgx.Tx, partition int16, flowID, downstreamEID string) error {
 	_, err := tx.Exec(ctx, `

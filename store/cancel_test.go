@@ -399,3 +399,33 @@ func TestParseMembers(t *testing.T) {
 		t.Fatalf("bad = %q; want 4", bad)
 	}
 }
+
+// TestCancelGroupWithNullMembers: NULL elements in the members array (the
+// column allows them, FlowFabric never writes them) are skipped as malformed
+// members; the group is still dispatched and reconciled instead of failing
+// on every retry.
+func TestCancelGroupWithNullMembers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	flow := fftest.NewUUID()
+	live := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 4, FlowID: flow})
+	down := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 4, FlowID: flow})
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES (4, $1, $2, '{}', true, ARRAY[NULL, $3, NULL]::text[])`, flow, down, live); err != nil {
+		t.Fatal(err)
+	}
+	fftest.InsertPendingCancel(t, db.Pool, 4, flow, down, 1)
+
+	res, err := store.DispatchCancelGroup(ctx, db.Pool, 4, flow, down, store.NowMs())
+	if err != nil {
+		t.Fatalf("dispatch: %v", err)
+	}
+	if res.Outcome != store.Dispatched || res.Cancelled != 1 || len(res.BadMembers) != 2 || res.BadMembers[0] != store.NullMember {
+		t.Fatalf("dispatch = %+v; want dispatched, 1 cancelled, 2 NULL members skipped", res)
+	}
+	if ex := fftest.ReadExec(t, db.Pool, 4, live); ex.LifecyclePhase != "terminal" {
+		t.Fatalf("live sibling not cancelled: %+v", ex)
+	}
+}

@@ -20,36 +20,40 @@ const (
 type Counters struct {
 	Ticks         atomic.Int64 // ticks run
 	PartitionsDue atomic.Int64 // partitions found holding due rows, summed over ticks
-	Scans         atomic.Int64 // partition scans run
-	Continuations atomic.Int64 // scans that enqueued their own continuation
-	Examined      atomic.Int64 // due rows read by scans
-	Enqueued      atomic.Int64 // row jobs inserted
-	AlreadyQueued atomic.Int64 // row jobs skipped: an unfinished job for the row exists
-	Applied       atomic.Int64 // row actions that changed the row
-	NoOps         atomic.Int64 // row actions whose row no longer qualified
-	Skipped       atomic.Int64 // rows skipped as malformed (with a warning)
-	Errors        atomic.Int64 // ticks, scans or row actions that returned an error
+	// PartitionsBusy are due partitions a tick skipped because row jobs of
+	// theirs were still queued.
+	PartitionsBusy atomic.Int64
+	Scans          atomic.Int64 // partition scans run
+	Continuations  atomic.Int64 // scans that enqueued their own continuation
+	Examined       atomic.Int64 // due rows read by scans
+	Enqueued       atomic.Int64 // row jobs inserted
+	AlreadyQueued  atomic.Int64 // row jobs skipped: an unfinished job for the row exists
+	Applied        atomic.Int64 // row actions that changed the row
+	NoOps          atomic.Int64 // row actions whose row no longer qualified
+	Skipped        atomic.Int64 // rows skipped as malformed (with a warning)
+	Errors         atomic.Int64 // ticks, scans or row actions that returned an error
 }
 
 // Snapshot is a copy of Counters for reporting.
 type Snapshot struct {
-	Ticks         int64 `json:"ticks"`
-	PartitionsDue int64 `json:"partitions_due"`
-	Scans         int64 `json:"scans"`
-	Continuations int64 `json:"continuations"`
-	Examined      int64 `json:"examined"`
-	Enqueued      int64 `json:"enqueued"`
-	AlreadyQueued int64 `json:"already_queued"`
-	Applied       int64 `json:"applied"`
-	NoOps         int64 `json:"noops"`
-	Skipped       int64 `json:"skipped"`
-	Errors        int64 `json:"errors"`
+	Ticks          int64 `json:"ticks"`
+	PartitionsDue  int64 `json:"partitions_due"`
+	PartitionsBusy int64 `json:"partitions_busy"`
+	Scans          int64 `json:"scans"`
+	Continuations  int64 `json:"continuations"`
+	Examined       int64 `json:"examined"`
+	Enqueued       int64 `json:"enqueued"`
+	AlreadyQueued  int64 `json:"already_queued"`
+	Applied        int64 `json:"applied"`
+	NoOps          int64 `json:"noops"`
+	Skipped        int64 `json:"skipped"`
+	Errors         int64 `json:"errors"`
 }
 
 // Snapshot copies the counters.
 func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{
-		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), Scans: c.Scans.Load(),
+		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), Scans: c.Scans.Load(),
 		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(),
 		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
 		Skipped: c.Skipped.Load(), Errors: c.Errors.Load(),

@@ -57,6 +57,9 @@ type Config struct {
 	BatchSize int
 	// PartitionCount is the number of flow partitions scanned (0..N-1).
 	PartitionCount int
+	// RiverSchema is the schema of River's tables (default "river"); ticks
+	// read it to skip partitions whose row jobs are still queued.
+	RiverSchema string
 	// Logger receives structured logs.
 	Logger *slog.Logger
 	// Stats receives the counters; nil allocates one.
@@ -82,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PartitionCount <= 0 {
 		c.PartitionCount = jobs.PartitionCount
+	}
+	if c.RiverSchema == "" {
+		c.RiverSchema = "river"
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -225,9 +231,19 @@ func jobLog(ctx context.Context) *slog.Logger {
 
 var discardLogger = slog.New(slog.DiscardHandler)
 
-// fanOut inserts one scan job per due partition. Scans are unique per
-// partition among unfinished jobs, so partitions whose scan is still queued
-// or running are skipped rather than doubled.
+// rowKinds maps each reconciler to the kind of its row jobs.
+var rowKinds = map[string]string{
+	LeaseExpiry:       jobs.KindLeaseRelease,
+	SuspensionTimeout: jobs.KindSuspensionExpire,
+	DelayedPromotion:  jobs.KindPromote,
+	CancelDispatch:    jobs.KindCancelDispatch,
+	CancelReconcile:   jobs.KindCancelReconcile,
+}
+
+// fanOut inserts one scan job per due partition, except partitions whose row
+// jobs are still waiting in the queue (see store.PartitionsWithQueuedJobs).
+// Scans are unique per partition among unfinished jobs, so partitions whose
+// scan is still queued or running are skipped rather than doubled.
 func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitions []int16, scan func(int16) S) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
@@ -235,14 +251,26 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitio
 	if len(partitions) == 0 {
 		return nil
 	}
-	client := river.ClientFromContext[pgx.Tx](ctx)
-	params := make([]river.InsertManyParams, len(partitions))
-	for i, p := range partitions {
-		params[i] = river.InsertManyParams{Args: scan(p)}
+	busy, err := store.PartitionsWithQueuedJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name])
+	if err != nil {
+		c.Errors.Add(1)
+		return fmt.Errorf("%s: %w", name, err)
 	}
+	params := make([]river.InsertManyParams, 0, len(partitions))
+	for _, p := range partitions {
+		if !busy[p] {
+			params = append(params, river.InsertManyParams{Args: scan(p)})
+		}
+	}
+	c.PartitionsBusy.Add(int64(len(partitions) - len(params)))
+	if len(params) == 0 {
+		return nil
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
 	res, err := client.InsertMany(ctx, params)
 	if err != nil {
-		return fmt.Errorf("%s: enqueue %d partition scans: %w", name, len(partitions), err)
+		c.Errors.Add(1)
+		return fmt.Errorf("%s: enqueue %d partition scans: %w", name, len(params), err)
 	}
 	skipped := 0
 	for _, r := range res {
@@ -251,6 +279,6 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitio
 		}
 	}
 	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(partitions),
-		"scans_enqueued", len(partitions)-skipped, "scans_already_queued", skipped)
+		"partitions_busy", len(partitions)-len(params), "scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
 	return nil
 }

@@ -46,6 +46,11 @@ type Config struct {
 	// Each holds a work-pool connection for one statement, so more than
 	// a few times the server's cores only queues on the pool.
 	RowWorkers int
+	// WorkConns is the size of the work pool, the connections row actions,
+	// scans and ticks share (default 24). Row workers above it wait for a
+	// connection, which keeps Postgres from thrashing on a small server
+	// while River still fetches jobs in large batches.
+	WorkConns int
 	// RowFetchCooldown is the least time between two fetches of row jobs
 	// (default 2 ms). River's default of 100 ms caps a process at
 	// RowWorkers/100ms jobs per second, below the seed's loop.
@@ -88,6 +93,7 @@ const (
 	DefaultRiverSchema           = "river"
 	DefaultBatchSize             = 1000
 	DefaultRowWorkers            = 32
+	DefaultWorkConns             = 24
 	DefaultRowFetchCooldown      = 2 * time.Millisecond
 	DefaultFetchPollInterval     = time.Second
 	DefaultCompletedJobRetention = 10 * time.Minute
@@ -127,6 +133,9 @@ func (c *Config) setDefaults() {
 	if c.RowWorkers == 0 {
 		c.RowWorkers = DefaultRowWorkers
 	}
+	if c.WorkConns == 0 {
+		c.WorkConns = DefaultWorkConns
+	}
 	if c.RowFetchCooldown == 0 {
 		c.RowFetchCooldown = DefaultRowFetchCooldown
 	}
@@ -157,6 +166,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RowWorkers < 1 || c.RowWorkers > 10000 {
 		return fmt.Errorf("row workers %d is out of range 1..10000", c.RowWorkers)
+	}
+	if c.WorkConns < 2 || c.WorkConns > 1000 {
+		return fmt.Errorf("work connections %d is out of range 2..1000", c.WorkConns)
 	}
 	if c.RowFetchCooldown < river.FetchCooldownMin {
 		return fmt.Errorf("row fetch cooldown %s is below River's minimum %s", c.RowFetchCooldown, river.FetchCooldownMin)
@@ -207,7 +219,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	// One work connection per concurrent row action, plus room for scans
 	// and ticks.
 	workPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
-		MaxConns: int32(min(cfg.RowWorkers+controlWorkers, 200)), AppName: "ffreconcile-work", Tracer: tracer,
+		MaxConns: int32(cfg.WorkConns), AppName: "ffreconcile-work", Tracer: tracer,
 		RuntimeParams: map[string]string{
 			// pgx prepares every statement, and after five runs Postgres
 			// may switch it to a generic plan. On Postgres 15 a generic plan
@@ -248,6 +260,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		Filter:         cfg.Filter,
 		BatchSize:      cfg.BatchSize,
 		PartitionCount: cfg.PartitionCount,
+		RiverSchema:    cfg.RiverSchema,
 		Logger:         cfg.Logger,
 		Stats:          stats,
 		Observer:       f.Metrics,
