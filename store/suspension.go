@@ -207,7 +207,7 @@ WITH sus AS (
     RETURNING event_id
 )
 SELECT EXISTS (SELECT 1 FROM sus),
-       COALESCE((SELECT timeout_behavior FROM sus), ''),
+       (SELECT timeout_behavior FROM sus),
        COALESCE((SELECT action FROM sus), ''),
        EXISTS (SELECT 1 FROM del) AND NOT EXISTS (SELECT 1 FROM ec),
        COALESCE((SELECT NOT raw_ok FROM ec), false),
@@ -234,12 +234,16 @@ SELECT EXISTS (SELECT 1 FROM sus),
 // have the same shape.
 func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (SuspensionExpireResult, error) {
 	var r SuspensionExpireResult
+	var behavior *string // NULL (means fail) and '' (unknown) must differ
 	err := db.QueryRow(ctx, expireSuspensionSQL, partition, executionID, nowMs).
-		Scan(&r.Applied, &r.Behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
+		Scan(&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
 			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray)
 	if err != nil {
 		return SuspensionExpireResult{}, fmt.Errorf("expire suspension %d/%s: %w", partition, executionID, err)
 	}
-	r.UnknownBehavior = r.Applied && r.Behavior != "" && r.Behavior != r.Action
+	if behavior != nil {
+		r.Behavior = *behavior
+	}
+	r.UnknownBehavior = r.Applied && behavior != nil && *behavior != r.Action
 	return r, nil
 }

@@ -36,6 +36,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 		{name: "Expire", behavior: fftest.Str("expire"), action: "expire", outcome: "expired"},
 		{name: "Escalate", behavior: fftest.Str("escalate"), action: "escalate", outcome: "expired"},
 		{name: "UnknownIsFail", behavior: fftest.Str("explode"), action: "fail", outcome: "expired", unknown: true},
+		{name: "EmptyIsUnknownFail", behavior: fftest.Str(""), action: "fail", outcome: "expired", unknown: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
