@@ -44,6 +44,10 @@ type Config struct {
 	ScaleSmall, ScaleLarge int // not-due rows in the scale runs
 	Backlog                int // rows in the backlog drain run
 
+	// CommitModes are the synchronous_commit settings the throughput runs
+	// compare (every design runs under each; default on and off).
+	CommitModes []string
+
 	// Sections limits the run to some of: throughput, lateness, idle, scale.
 	Sections []string
 	// Reconcilers limits throughput and lateness to some reconcilers.
@@ -57,6 +61,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		DBName: "ffr_bench", Due: 20_000, NotDueFactor: 10, PoolSizes: []int{8, 16, 32},
+		CommitModes:  []string{"on", "off"},
 		LatenessRate: 500, LatenessFor: 30 * time.Second, IdleFor: 20 * time.Second,
 		ScaleSmall: 10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
 	}
@@ -104,6 +109,9 @@ type env struct {
 	// inserter is an insert-only River client, for ad-hoc promotions.
 	inserter        *river.Client[pgx.Tx]
 	promotedTrigger bool
+	// commit is the synchronous_commit of the current throughput run, for
+	// every design's connections ("" means the server's default).
+	commit string
 }
 
 func (e *env) progress(format string, a ...any) {
@@ -125,15 +133,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	rep := &Report{Config: cfg, Machine: machine(), Started: time.Now()}
 	if cfg.wants("throughput") {
-		for _, sc := range scenarios() {
-			if !cfg.wantsReconciler(sc.name) {
-				continue
+		for _, mode := range cfg.CommitModes {
+			e.commit = mode
+			for _, sc := range scenarios() {
+				if !cfg.wantsReconciler(sc.name) {
+					continue
+				}
+				res, err := e.throughput(ctx, sc)
+				if err != nil {
+					return rep, fmt.Errorf("throughput %s (synchronous_commit %s): %w", sc.name, mode, err)
+				}
+				res.Commit = mode
+				rep.Throughput = append(rep.Throughput, res)
 			}
-			res, err := e.throughput(ctx, sc)
-			if err != nil {
-				return rep, fmt.Errorf("throughput %s: %w", sc.name, err)
-			}
-			rep.Throughput = append(rep.Throughput, res)
+		}
+		e.commit = ""
+		if err := e.reset(ctx); err != nil {
+			return rep, err
 		}
 	}
 	if cfg.wants("lateness") {
@@ -243,8 +259,11 @@ func (e *env) reset(ctx context.Context) error {
 		"CREATE DATABASE "+name+" TEMPLATE "+pgx.Identifier{e.cfg.DBName + "_tmpl"}.Sanitize()); err != nil {
 		return err
 	}
-	pool, err := dbconn.Open(ctx, e.url, dbconn.Options{MaxConns: 40, AppName: "ffreconcile-bench",
-		RuntimeParams: map[string]string{"plan_cache_mode": "force_custom_plan"}})
+	params := map[string]string{"plan_cache_mode": "force_custom_plan"}
+	if e.commit != "" {
+		params["synchronous_commit"] = e.commit
+	}
+	pool, err := dbconn.Open(ctx, e.url, dbconn.Options{MaxConns: 40, AppName: "ffreconcile-bench", RuntimeParams: params})
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ type scenario struct {
 // data in the same run.
 type ThroughputResult struct {
 	Reconciler string
+	Commit     string // synchronous_commit of every design's transactions
 	Due        int
 	NotDue     int
 	Ours       float64 // rows/s, first tick → last action committed
@@ -136,7 +137,7 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 // runOurs starts one fleet process and measures from its first tick to the
 // moment no due row is left.
 func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, error) {
-	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log})
+	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log, SynchronousCommit: e.commit})
 	if err != nil {
 		return 0, "", fmt.Errorf("fleet: %w", err)
 	}

@@ -51,6 +51,17 @@ type Config struct {
 	// connection, which keeps Postgres from thrashing on a small server
 	// while River still fetches jobs in large batches.
 	WorkConns int
+	// SynchronousCommit is the work pool's synchronous_commit (default
+	// "on"). "off" lets row actions commit without waiting for the WAL
+	// flush; see docs/design.md for what a server crash can then cost.
+	SynchronousCommit string
+	// RiverSynchronousCommit is the synchronous_commit of River's own pool
+	// (fetches, completions, leadership, periodic inserts; default "off").
+	// A job state lost in a Postgres crash only means a job runs again, and
+	// every action re-checks its row, so River's bookkeeping need not wait
+	// for the WAL flush; waiting made it compete with the outboxes'
+	// serialised notifying commits.
+	RiverSynchronousCommit string
 	// RowFetchCooldown is the least time between two fetches of row jobs
 	// (default 2 ms). River's default of 100 ms caps a process at
 	// RowWorkers/100ms jobs per second, below the seed's loop.
@@ -133,6 +144,12 @@ func (c *Config) setDefaults() {
 	if c.RowWorkers == 0 {
 		c.RowWorkers = DefaultRowWorkers
 	}
+	if c.SynchronousCommit == "" {
+		c.SynchronousCommit = "on"
+	}
+	if c.RiverSynchronousCommit == "" {
+		c.RiverSynchronousCommit = "off"
+	}
 	if c.WorkConns == 0 {
 		c.WorkConns = DefaultWorkConns
 	}
@@ -166,6 +183,13 @@ func (c *Config) Validate() error {
 	}
 	if c.RowWorkers < 1 || c.RowWorkers > 10000 {
 		return fmt.Errorf("row workers %d is out of range 1..10000", c.RowWorkers)
+	}
+	for _, v := range []string{c.SynchronousCommit, c.RiverSynchronousCommit} {
+		switch v {
+		case "on", "off", "local", "remote_write", "remote_apply":
+		default:
+			return fmt.Errorf("synchronous commit %q: want on, off, local, remote_write or remote_apply", v)
+		}
 	}
 	if c.WorkConns < 2 || c.WorkConns > 1000 {
 		return fmt.Errorf("work connections %d is out of range 2..1000", c.WorkConns)
@@ -212,7 +236,8 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if tracer == nil && cfg.Tracing {
 		tracer = tracing.QueryTracer()
 	}
-	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river", Tracer: tracer})
+	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river", Tracer: tracer,
+		RuntimeParams: map[string]string{"synchronous_commit": cfg.RiverSynchronousCommit}})
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +252,8 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// indexes at every execution: 32 concurrent row actions then
 			// exhaust the lock table ("out of shared memory"). Custom plans
 			// prune at plan time to the one child a row lives in.
-			"plan_cache_mode": "force_custom_plan",
+			"plan_cache_mode":    "force_custom_plan",
+			"synchronous_commit": cfg.SynchronousCommit,
 		},
 	})
 	if err != nil {
