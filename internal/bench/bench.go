@@ -326,7 +326,8 @@ func waitDrained(ctx context.Context, timeout time.Duration, remaining func(cont
 		select {
 		case <-ctx.Done():
 			return time.Time{}, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		// Each poll is a whole-table count (~1,000 locks): keep it rare.
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 }
