@@ -43,7 +43,7 @@ func groupCursor(g store.PendingCancelGroup) jobs.ScanCursor {
 
 // duePendingCancelPartitions runs the probe shared by both ticks.
 func duePendingCancelPartitions(ctx context.Context, d *deps, name string) ([]int16, error) {
-	parts, err := store.DuePendingCancelPartitions(ctx, d.cfg.Pool, d.cfg.PartitionCount, d.cfg.Filter)
+	parts, err := store.DuePendingCancelPartitions(ctx, d.tickDB(), d.cfg.PartitionCount, d.cfg.Filter)
 	if err != nil {
 		d.cfg.Stats.For(name).Errors.Add(1)
 		return nil, err
@@ -247,6 +247,12 @@ func (w *cancelReconcileWorker) Work(ctx context.Context, job *river.Job[jobs.Ca
 		return nil
 	}
 	c.Applied.Add(1)
-	log.Debug("pending cancel group reconciled", "group_missing", res.GroupMissing)
+	if res.GroupMissing {
+		// Whichever of the dispatcher and the reconciler reaches an orphan
+		// first deletes it; both say so the same way.
+		log.Warn("pending cancel group without an edge group; deleted the pending row")
+		return nil
+	}
+	log.Debug("pending cancel group reconciled")
 	return nil
 }

@@ -66,7 +66,7 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		return res, err
 	}
 	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
-	stmts, cpu, xacts, err := e.measure(ctx, "ffreconcile-river", "ffreconcile-work", func() int64 { return tr.n.Load() })
+	stmts, cpu, xacts, err := e.measure(ctx, []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"}, func() int64 { return tr.n.Load() })
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	_ = f.Stop(stopCtx)
 	cancel()
@@ -105,7 +105,7 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	stmts, cpu, xacts, err = e.measure(ctx, "ffreconcile-seedloop", "", func() int64 { return seedTr.n.Load() })
+	stmts, cpu, xacts, err = e.measure(ctx, []string{"ffreconcile-seedloop"}, func() int64 { return seedTr.n.Load() })
 	stopLoops()
 	wg.Wait()
 	if err != nil {
@@ -120,8 +120,8 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 // measure samples, over the idle window, the statements counted client-side,
 // the CPU time of the Postgres backends serving the given application names
 // (from /proc, the server runs on this machine), and committed transactions.
-func (e *env) measure(ctx context.Context, app1, app2 string, count func() int64) (stmtsPerSec, cpuPct, xactPerSec float64, err error) {
-	cpu0, err := e.backendCPU(ctx, app1, app2)
+func (e *env) measure(ctx context.Context, apps []string, count func() int64) (stmtsPerSec, cpuPct, xactPerSec float64, err error) {
+	cpu0, err := e.backendCPU(ctx, apps)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -132,7 +132,7 @@ func (e *env) measure(ctx context.Context, app1, app2 string, count func() int64
 	n0, t0 := count(), time.Now()
 	time.Sleep(e.cfg.IdleFor)
 	n1, secs := count(), time.Since(t0).Seconds()
-	cpu1, err := e.backendCPU(ctx, app1, app2)
+	cpu1, err := e.backendCPU(ctx, apps)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -155,8 +155,8 @@ func (e *env) xacts(ctx context.Context) (int64, error) {
 }
 
 // backendCPU returns user+system CPU seconds per backend pid.
-func (e *env) backendCPU(ctx context.Context, app1, app2 string) (map[int]float64, error) {
-	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name IN ($1, $2)`, app1, app2)
+func (e *env) backendCPU(ctx context.Context, apps []string) (map[int]float64, error) {
+	rows, err := e.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = ANY($1)`, apps)
 	if err != nil {
 		return nil, err
 	}

@@ -88,8 +88,8 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	return res, nil
 }
 
-// medianTick times the tick's query as the worker runs it: through a work
-// pool connection with custom plans (see internal/fleet).
+// medianTick times the tick's query as the worker runs it: through the
+// tick pool, with a cached generic plan (see internal/fleet).
 func (e *env) medianTick(ctx context.Context) (time.Duration, error) {
 	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log})
 	if err != nil {
@@ -99,7 +99,7 @@ func (e *env) medianTick(ctx context.Context) (time.Duration, error) {
 	var ds []time.Duration
 	for range tickSamples {
 		start := time.Now()
-		parts, err := store.DueLeasePartitions(ctx, f.WorkPool, store.NowMs(), jobs.PartitionCount, store.Filter{})
+		parts, err := store.DueLeasePartitions(ctx, f.TickPool, store.NowMs(), jobs.PartitionCount, store.Filter{})
 		if err != nil {
 			return 0, err
 		}
@@ -119,24 +119,26 @@ func (e *env) explain(ctx context.Context, sql string, args ...any) (string, err
 	}
 	defer rows.Close()
 	var lines []string
-	kept := 0
+	children, skipped := 0, 0
 	for rows.Next() {
 		var line string
 		if err := rows.Scan(&line); err != nil {
 			return "", err
 		}
-		// A plan over 256 partitions repeats one child per partition:
-		// keep the first few and the summary.
-		if strings.Contains(line, "ff_attempt_p") {
-			kept++
-			if kept > 6 {
-				continue
-			}
+		// A plan over 256 partitions repeats one child (and its detail
+		// lines) per partition: keep the first few children and the summary.
+		if strings.Contains(line, "ff_attempt_p") && strings.Contains(line, "->") {
+			children++
+		}
+		if children > 4 && !strings.HasPrefix(strings.TrimSpace(line), "Planning") &&
+			!strings.HasPrefix(strings.TrimSpace(line), "Execution") {
+			skipped++
+			continue
 		}
 		lines = append(lines, line)
 	}
-	if kept > 6 {
-		lines = append(lines, fmt.Sprintf("   ... (%d more lines for the other partitions)", kept-6))
+	if skipped > 0 {
+		lines = append(lines[:len(lines)-2], append([]string{fmt.Sprintf("   ... (%d more lines: the other partitions' probes)", skipped)}, lines[len(lines)-2:]...)...)
 	}
 	return strings.Join(lines, "\n"), rows.Err()
 }

@@ -117,6 +117,7 @@ type Fleet struct {
 	Config    Config
 	RiverPool *pgxpool.Pool // River's own queries: fetch, complete, leadership
 	WorkPool  *pgxpool.Pool // the reconcilers' SQL
+	TickPool  *pgxpool.Pool // the ticks' whole-table queries, with cached generic plans
 	Client    *river.Client[pgx.Tx]
 	Workers   *workers.Set
 	Metrics   *metrics.Metrics
@@ -260,7 +261,17 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		riverPool.Close()
 		return nil, err
 	}
-	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool}
+	// Ticks run one at a time on the leader: two connections suffice.
+	tickPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
+		MaxConns: 2, AppName: "ffreconcile-tick", Tracer: tracer,
+		RuntimeParams: map[string]string{"plan_cache_mode": "force_generic_plan"},
+	})
+	if err != nil {
+		riverPool.Close()
+		workPool.Close()
+		return nil, err
+	}
+	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool, TickPool: tickPool}
 	if err := f.build(ctx, periodicJobs); err != nil {
 		f.Close()
 		return nil, err
@@ -283,6 +294,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	})
 	set, err := workers.New(workers.Config{
 		Pool:           f.WorkPool,
+		TickPool:       f.TickPool,
 		Filter:         cfg.Filter,
 		BatchSize:      cfg.BatchSize,
 		PartitionCount: cfg.PartitionCount,
@@ -390,6 +402,7 @@ func (f *Fleet) Stop(ctx context.Context) error {
 
 // Close closes the pools.
 func (f *Fleet) Close() {
+	f.TickPool.Close()
 	f.WorkPool.Close()
 	f.RiverPool.Close()
 }
