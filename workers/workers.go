@@ -51,9 +51,8 @@ type Config struct {
 	// pool so a burst of row actions cannot starve River's leadership and
 	// fetch queries.
 	Pool *pgxpool.Pool
-	// TickPool, when set, runs the ticks' queries (which partitions hold
-	// due rows, which have queued jobs). Give it plan_cache_mode
-	// force_generic_plan: a tick's query spans all 256 children and prunes
+	// TickPool, when set, runs the ticks' due-partition queries. Give it
+	// plan_cache_mode force_generic_plan: a tick's query spans all 256 children and prunes
 	// at run time either way, and a custom plan re-plans over 256 children
 	// at every tick (~10 ms of Postgres CPU) where a cached generic plan
 	// costs ~0.1 ms. Nil uses Pool.
@@ -266,7 +265,9 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitio
 	if len(partitions) == 0 {
 		return nil
 	}
-	busy, err := store.PartitionsWithQueuedJobs(ctx, d.tickDB(), d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name])
+	// On the work pool: with a generic plan the planner cannot see that
+	// `args ? 'partition'` matches every row and may pick the args GIN index.
+	busy, err := store.PartitionsWithQueuedJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name])
 	if err != nil {
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)

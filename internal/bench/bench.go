@@ -60,7 +60,7 @@ type Config struct {
 // Defaults returns the sizes.
 func Defaults() Config {
 	return Config{
-		DBName: "ffr_bench", Due: 20_000, NotDueFactor: 10, PoolSizes: []int{8, 16, 32},
+		DBName: "ffr_bench", Due: 20_000, NotDueFactor: 10, PoolSizes: []int{8, 32},
 		CommitModes:  []string{"on", "off"},
 		LatenessRate: 500, LatenessFor: 30 * time.Second, IdleFor: 20 * time.Second,
 		ScaleSmall: 10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
