@@ -242,8 +242,8 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
-	// One work connection per concurrent row action, plus room for scans
-	// and ticks.
+	// The work pool bounds concurrent row actions and scans (WorkConns);
+	// row workers beyond it wait for a connection.
 	workPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
 		MaxConns: int32(cfg.WorkConns), AppName: "ffreconcile-work", Tracer: tracer,
 		RuntimeParams: map[string]string{
