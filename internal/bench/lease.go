@@ -48,20 +48,10 @@ var leaseScenario = scenario{
 		return n, err
 	},
 	// The seed's scan_tick query.
-	scan: func(ctx context.Context, db store.DB, p int16, now int64) ([]rowKey, error) {
-		rows, err := db.Query(ctx, `
+	scan: scanKeys(`
 			SELECT execution_id::text, attempt_index FROM ff_attempt
 			 WHERE partition_key = $1 AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $2
-			 ORDER BY lease_expires_at_ms ASC LIMIT $3`, p, now, seedBatch)
-		if err != nil {
-			return nil, err
-		}
-		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (rowKey, error) {
-			var k rowKey
-			err := r.Scan(&k.id, &k.n)
-			return k, err
-		})
-	},
+			 ORDER BY lease_expires_at_ms ASC LIMIT $3`),
 	// The seed's release_one, plus the `expired` lease event FlowFabric
 	// writes since 0.10 (namespace and instance tag from the execution).
 	seedRow: func(ctx context.Context, tx pgx.Tx, p int16, k rowKey, now int64) error {
@@ -111,4 +101,20 @@ var leaseScenario = scenario{
 		}
 		return nil
 	},
+}
+
+// scanKeys returns a seed-style scan: sql selects (id, n) for partition $1
+// due at $2, limited to $3 rows.
+func scanKeys(sql string) func(context.Context, store.DB, int16, int64) ([]rowKey, error) {
+	return func(ctx context.Context, db store.DB, p int16, now int64) ([]rowKey, error) {
+		rows, err := db.Query(ctx, sql, p, now, seedBatch)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (rowKey, error) {
+			var k rowKey
+			err := r.Scan(&k.id, &k.n)
+			return k, err
+		})
+	}
 }

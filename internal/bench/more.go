@@ -50,20 +50,11 @@ var suspensionScenario = scenario{
 		return n, err
 	},
 	// The seed's scan_tick query (the behaviour column is read too).
-	scan: func(ctx context.Context, db store.DB, p int16, now int64) ([]rowKey, error) {
-		rows, err := db.Query(ctx, `
+	scan: scanKeys(`
 			SELECT execution_id::text, 0 FROM ff_suspension_current
 			 WHERE partition_key = $1 AND timeout_at_ms IS NOT NULL AND timeout_at_ms < $2
-			 ORDER BY timeout_at_ms ASC LIMIT $3`, p, now, seedBatch)
-		if err != nil {
-			return nil, err
-		}
-		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (rowKey, error) {
-			var k rowKey
-			err := r.Scan(&k.id, &k.n)
-			return k, err
-		})
-	},
+			 ORDER BY timeout_at_ms ASC LIMIT $3`),
+
 	// The seed's expire_one for the fail behaviour.
 	seedRow: func(ctx context.Context, tx pgx.Tx, p int16, k rowKey, now int64) error {
 		var timeoutAt *int64
@@ -177,21 +168,12 @@ var promotionScenario = scenario{
 		return n, err
 	},
 	// FlowFabric has no sweep on Postgres; the loop uses the sweep's scan.
-	scan: func(ctx context.Context, db store.DB, p int16, now int64) ([]rowKey, error) {
-		rows, err := db.Query(ctx, `
+	scan: scanKeys(`
 			SELECT execution_id::text, 0 FROM ff_exec_core
 			 WHERE partition_key = $1 AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= $2
 			   AND lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time'
-			 ORDER BY deadline_at_ms ASC LIMIT $3`, p, now, seedBatch)
-		if err != nil {
-			return nil, err
-		}
-		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (rowKey, error) {
-			var k rowKey
-			err := r.Scan(&k.id, &k.n)
-			return k, err
-		})
-	},
+			 ORDER BY deadline_at_ms ASC LIMIT $3`),
+
 	// The seed's promote_for_execution.
 	seedRow: func(ctx context.Context, tx pgx.Tx, p int16, k rowKey, now int64) error {
 		var phase, elig string

@@ -78,32 +78,9 @@ func New(t testing.TB) *DB {
 		t.Fatalf("testdb: build template database: %v", templateErr)
 	}
 
-	admin, err := pgx.Connect(ctx, AdminURL())
-	if err != nil {
-		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
-	}
-	defer admin.Close(ctx)
-
-	name := "ffr_t_" + randomSuffix()
 	// The template has no open connections (ensureTemplate closes its own), so
 	// many tests may clone it at once.
-	if _, err := admin.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s",
-		pgx.Identifier{name}.Sanitize(), pgx.Identifier{templateName}.Sanitize())); err != nil {
-		t.Fatalf("testdb: create database %s: %v", name, err)
-	}
-	dbURL, err := WithDatabase(AdminURL(), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		t.Fatalf("testdb: open pool: %v", err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		dropDatabase(name)
-	})
-	return &DB{Name: name, URL: dbURL, Pool: pool}
+	return create(t, ctx, " TEMPLATE "+pgx.Identifier{templateName}.Sanitize())
 }
 
 // NewEmpty creates a database with nothing in it (no River, no ff tables)
@@ -112,13 +89,20 @@ func NewEmpty(t testing.TB) *DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	return create(t, ctx, "")
+}
+
+// create makes a database named ffr_t_<random> (with the given CREATE
+// DATABASE options), opens a pool on it and drops it when t ends.
+func create(t testing.TB, ctx context.Context, options string) *DB {
+	t.Helper()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
 	}
 	defer admin.Close(ctx)
 	name := "ffr_t_" + randomSuffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testdb: create database %s: %v", name, err)
 	}
 	dbURL, err := WithDatabase(AdminURL(), name)
