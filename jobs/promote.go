@@ -18,9 +18,10 @@ import (
 //	{"execution": "{fp:7}:6f1c0b1e-...."}
 //	{"partition": 7, "execution_id": "6f1c0b1e-...."}
 //
-// with an optional "at" (RFC 3339 time, the execution's delay-until): the job
-// is then scheduled for that time and promotes on time without waiting for a
-// sweep. Give either Execution or Partition + ExecutionID. The action
+// with an optional "at" (RFC 3339 time, the execution's delay-until): the
+// promotion then happens at that time without waiting for a sweep (see
+// InsertOpts; a client that sets the job's scheduled_at itself should set
+// it up to 5 s before "at", or leave it unset). Give either Execution or Partition + ExecutionID. The action
 // re-checks the execution under lock, so a promotion that is not (yet) due,
 // or for an execution in another state, changes nothing.
 type PromoteArgs struct {
@@ -36,12 +37,22 @@ type PromoteArgs struct {
 // Kind implements river.JobArgs.
 func (PromoteArgs) Kind() string { return KindPromote }
 
-// InsertOpts implements river.JobArgsWithInsertOpts. A set At becomes the
-// job's scheduled time.
+// RiverSchedulerInterval is how often River's scheduler makes scheduled
+// jobs available (River's fixed default; not configurable in v0.51). A job
+// scheduled for a time therefore starts up to this much after it.
+const RiverSchedulerInterval = 5 * time.Second
+
+// InsertOpts implements river.JobArgsWithInsertOpts. A set At schedules the
+// job RiverSchedulerInterval ahead of it, so River's scheduler has made it
+// available by At; the worker then waits for At itself (a snooze that
+// short stays available) and promotes within a fetch of At instead of up to
+// 5 s after it. An At closer than that inserts the job available at once.
 func (a PromoteArgs) InsertOpts() river.InsertOpts {
 	opts := rowOpts()
 	if a.At != nil {
-		opts.ScheduledAt = *a.At
+		if early := a.At.Add(-RiverSchedulerInterval); early.After(time.Now()) {
+			opts.ScheduledAt = early
+		}
 	}
 	return opts
 }

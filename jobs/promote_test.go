@@ -47,16 +47,36 @@ func TestPromoteArgsJSON(t *testing.T) {
 
 func TestPromoteArgsInsertOpts(t *testing.T) {
 	t.Parallel()
-	at := time.Now().Add(time.Minute)
-	opts := jobs.PromoteArgs{Execution: "{fp:7}:" + testUUID, At: &at}.InsertOpts()
-	if opts.Queue != jobs.QueueRows || opts.MaxAttempts != jobs.RowMaxAttempts || !opts.ScheduledAt.Equal(at) ||
-		!opts.UniqueOpts.ByArgs || len(opts.UniqueOpts.ByState) != len(jobs.UnfinishedStates) {
-		t.Fatalf("opts = %+v; want queue ff_rows, 5 attempts, scheduled at %s, unique by args among unfinished jobs", opts, at)
+	tests := []struct {
+		name string
+		at   *time.Time
+		// wantLead: scheduled RiverSchedulerInterval before at; else
+		// available at once (zero ScheduledAt).
+		wantLead bool
+	}{
+		{"no at", nil, false},
+		{"at in a minute", ptr(time.Now().Add(time.Minute)), true},
+		{"at within the scheduler interval", ptr(time.Now().Add(2 * time.Second)), false},
+		{"at in the past", ptr(time.Now().Add(-time.Minute)), false},
 	}
-	if opts := (jobs.PromoteArgs{Execution: "{fp:7}:" + testUUID}).InsertOpts(); !opts.ScheduledAt.IsZero() {
-		t.Fatalf("no at: scheduled at %s; want zero (run now)", opts.ScheduledAt)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := jobs.PromoteArgs{Execution: "{fp:7}:" + testUUID, At: tt.at}.InsertOpts()
+			if opts.Queue != jobs.QueueRows || opts.MaxAttempts != jobs.RowMaxAttempts ||
+				!opts.UniqueOpts.ByArgs || len(opts.UniqueOpts.ByState) != len(jobs.UnfinishedStates) {
+				t.Fatalf("opts = %+v; want queue ff_rows, 5 attempts, unique by args among unfinished jobs", opts)
+			}
+			switch {
+			case tt.wantLead && !opts.ScheduledAt.Equal(tt.at.Add(-jobs.RiverSchedulerInterval)):
+				t.Fatalf("scheduled at %s; want %s, one scheduler interval before at", opts.ScheduledAt, tt.at.Add(-jobs.RiverSchedulerInterval))
+			case !tt.wantLead && !opts.ScheduledAt.IsZero():
+				t.Fatalf("scheduled at %s; want zero (available at once)", opts.ScheduledAt)
+			}
+		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // badPromoteArgs are invalid promotions with the message the inserting
 // service gets back.

@@ -102,28 +102,37 @@ type ReleaseResult struct {
 	EventID int64
 }
 
-// releaseSQL is the seed's release_one transaction as one statement:
-//   - att re-checks the lease under the row lock (a renewal committed since
-//     the scan makes it match nothing, and then nothing else happens) and
-//     releases it with outcome lease_expired_reclaimable;
-//   - ec flips the execution to reclaimable-runnable only while it is still
+// releaseSQL is the seed's release_one transaction as one statement, for
+// a batch of attempts of one partition (input, in order $2/$3):
+//   - att re-checks each lease under its row lock (a renewal committed since
+//     the scan makes it match nothing, and then nothing else happens for
+//     that attempt) and releases it with outcome lease_expired_reclaimable;
+//   - ec flips each execution to reclaimable-runnable only while it is still
 //     active, stamping raw_fields.lease_expired_at_ms;
-//   - ev writes the `expired` lease event with the namespace and
-//     cairn.instance_id tag copied from the execution (NULL when missing),
-//     as FlowFabric does since 0.10.
+//   - ev writes one `expired` lease event per released attempt with the
+//     namespace and cairn.instance_id tag copied from the execution (NULL
+//     when missing), as FlowFabric does since 0.10.
+//
+// The partition is a constant so the planner prunes to one child of each
+// table; the execution ids of one call are distinct (ReleaseExpiredLeases
+// splits the input), which lets events be matched back by execution id.
+// Index: each table's primary key.
 const releaseSQL = `
-WITH att AS (
-    UPDATE ff_attempt
+WITH input AS (
+    SELECT i.execution_id, i.attempt_index, i.ord
+      FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS i(execution_id, attempt_index, ord)
+), att AS (
+    UPDATE ff_attempt a
        SET lease_expires_at_ms = NULL,
            outcome = 'lease_expired_reclaimable'
-     WHERE partition_key = $1 AND execution_id = $2::uuid AND attempt_index = $3
-       AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $4
-    RETURNING execution_id
+      FROM input i
+     WHERE a.partition_key = $1 AND a.execution_id = i.execution_id AND a.attempt_index = i.attempt_index
+       AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $4
+    RETURNING a.execution_id, i.ord
 ), cur AS (
-    SELECT e.raw_fields, e.lifecycle_phase
+    SELECT e.execution_id, e.raw_fields
       FROM ff_exec_core e
-     WHERE e.partition_key = $1 AND e.execution_id = $2::uuid
-       AND EXISTS (SELECT 1 FROM att)
+     WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM att)
 ), ec AS (
     UPDATE ff_exec_core e
        SET lifecycle_phase = 'runnable',
@@ -133,37 +142,90 @@ WITH att AS (
            raw_fields = CASE WHEN jsonb_typeof(e.raw_fields) = 'object'
                              THEN e.raw_fields || jsonb_build_object('lease_expired_at_ms', $4::bigint)
                              ELSE e.raw_fields END
-     WHERE e.partition_key = $1 AND e.execution_id = $2::uuid
+     WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM att)
        AND e.lifecycle_phase = 'active'
-       AND EXISTS (SELECT 1 FROM att)
-    RETURNING jsonb_typeof(e.raw_fields) = 'object' AS raw_ok
+    RETURNING e.execution_id, jsonb_typeof(e.raw_fields) = 'object' AS raw_ok
 ), ev AS (
     INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
     SELECT att.execution_id::text, NULL, 'expired', $4, $1::int,
-           (SELECT cur.raw_fields->>'namespace' FROM cur),
-           (SELECT cur.raw_fields->'tags'->>'cairn.instance_id' FROM cur)
-      FROM att
-    RETURNING event_id
+           cur.raw_fields->>'namespace', cur.raw_fields->'tags'->>'cairn.instance_id'
+      FROM att LEFT JOIN cur ON cur.execution_id = att.execution_id
+     ORDER BY att.ord
+    RETURNING execution_id, event_id
 )
-SELECT EXISTS (SELECT 1 FROM att),
-       EXISTS (SELECT 1 FROM ec),
-       NOT EXISTS (SELECT 1 FROM cur),
-       COALESCE((SELECT NOT raw_ok FROM ec), false),
-       COALESCE((SELECT event_id FROM ev), 0)`
+SELECT att.execution_id IS NOT NULL,
+       ec.execution_id IS NOT NULL,
+       cur.execution_id IS NULL,
+       COALESCE(NOT ec.raw_ok, false),
+       COALESCE(ev.event_id, 0)
+  FROM input i
+  LEFT JOIN att ON att.ord = i.ord
+  LEFT JOIN cur ON cur.execution_id = att.execution_id
+  LEFT JOIN ec ON ec.execution_id = att.execution_id
+  LEFT JOIN ev ON ev.execution_id = att.execution_id::text
+ ORDER BY i.ord`
+
+// LeaseRef names one attempt of a partition.
+type LeaseRef struct {
+	ExecutionID  string
+	AttemptIndex int32
+}
 
 // ReleaseExpiredLease releases one attempt's lease if, under its row lock, it
 // is still expired at nowMs. It runs in one statement (one implicit
 // transaction when db is a pool), so the check and the change are atomic and
 // a second call for the same lease is a no-op.
 func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionID string, attemptIndex int32, nowMs int64) (ReleaseResult, error) {
-	var r ReleaseResult
-	err := db.QueryRow(ctx, releaseSQL, partition, executionID, attemptIndex, nowMs).
-		Scan(&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID)
+	res, err := ReleaseExpiredLeases(ctx, db, partition, []LeaseRef{{executionID, attemptIndex}}, nowMs)
 	if err != nil {
-		return ReleaseResult{}, fmt.Errorf("release lease %d/%s attempt %d: %w", partition, executionID, attemptIndex, err)
+		return ReleaseResult{}, err
 	}
-	if !r.Released {
-		r.ExecMissing = false
+	return res[0], nil
+}
+
+// ReleaseExpiredLeases is ReleaseExpiredLease for several attempts of one
+// partition, with one result per ref in order. Each attempt is re-checked
+// under its own row lock exactly as alone; attempts of distinct executions
+// share one statement, and a second attempt of an execution already in it
+// goes to a following statement (it would otherwise see the execution as it
+// was before the first one's change).
+func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64) ([]ReleaseResult, error) {
+	out := make([]ReleaseResult, len(refs))
+	for _, round := range distinctRounds(refs, func(r LeaseRef) string { return r.ExecutionID }) {
+		ids := make([]string, len(round))
+		idx := make([]int32, len(round))
+		for i, k := range round {
+			ids[i], idx[i] = refs[k].ExecutionID, refs[k].AttemptIndex
+		}
+		fail := func(err error) error {
+			if len(round) == 1 {
+				return fmt.Errorf("release lease %d/%s attempt %d: %w", partition, ids[0], idx[0], err)
+			}
+			return fmt.Errorf("release %d leases of partition %d: %w", len(round), partition, err)
+		}
+		rows, err := db.Query(ctx, releaseSQL, partition, ids, idx, nowMs)
+		if err != nil {
+			return nil, fail(err)
+		}
+		i := 0
+		var r ReleaseResult
+		_, err = pgx.ForEachRow(rows, []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID}, func() error {
+			if i >= len(round) {
+				return fmt.Errorf("more result rows than the %d leases asked for", len(round))
+			}
+			if !r.Released {
+				r.ExecMissing = false
+			}
+			out[round[i]] = r
+			i++
+			return nil
+		})
+		if err == nil && i != len(round) {
+			err = fmt.Errorf("%d result rows for %d leases", i, len(round))
+		}
+		if err != nil {
+			return nil, fail(err)
+		}
 	}
-	return r, nil
+	return out, nil
 }

@@ -129,6 +129,81 @@ func TestReleaseExpiredLease(t *testing.T) {
 	})
 }
 
+// TestReleaseExpiredLeasesBatch: a batch gives every attempt the result it
+// would get alone, in input order: released ones with their own event and
+// tenant, a renewed one and an unknown one as no-ops, a missing execution, a
+// malformed raw_fields, two attempts of one execution (the second sees the
+// first's change, as sequential runs would), and the same attempt twice
+// (released once).
+func TestReleaseExpiredLeasesBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t).Pool
+	const now, p = int64(3_000_000), int16(11)
+
+	a := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, Namespace: "tenant-a", Tags: map[string]string{"cairn.instance_id": "i-a"}})
+	fftest.InsertAttempt(t, pool, p, a, 0, fftest.Ms(now-1))
+	b := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, Namespace: "tenant-b"})
+	fftest.InsertAttempt(t, pool, p, b, 0, fftest.Ms(now-5))
+	fftest.InsertAttempt(t, pool, p, b, 1, fftest.Ms(now-2))
+	renewed := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+	fftest.InsertAttempt(t, pool, p, renewed, 0, fftest.Ms(now+60_000))
+	orphan := fftest.NewUUID()
+	fftest.InsertAttempt(t, pool, p, orphan, 0, fftest.Ms(now-1))
+	malformed := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, RawFields: []int{1}})
+	fftest.InsertAttempt(t, pool, p, malformed, 0, fftest.Ms(now-1))
+	unknown := fftest.NewUUID()
+
+	refs := []store.LeaseRef{{a, 0}, {b, 0}, {renewed, 0}, {b, 1}, {orphan, 0}, {malformed, 0}, {unknown, 3}, {a, 0}}
+	got, err := store.ReleaseExpiredLeases(ctx, pool, p, refs, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.ReleaseResult{
+		{Released: true, ExecFlipped: true},
+		{Released: true, ExecFlipped: true},
+		{},
+		{Released: true}, // b is runnable once its attempt 0 released it
+		{Released: true, ExecMissing: true},
+		{Released: true, ExecFlipped: true, RawFieldsMalformed: true},
+		{},
+		{}, // the same attempt again: already released
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d results for %d refs", len(got), len(refs))
+	}
+	for i := range want {
+		g := got[i]
+		if g.Released != (g.EventID != 0) {
+			t.Errorf("ref %d: released %v with event %d", i, g.Released, g.EventID)
+		}
+		g.EventID = 0
+		if g != want[i] {
+			t.Errorf("ref %d (%s/%d) = %+v, want %+v", i, refs[i].ExecutionID, refs[i].AttemptIndex, g, want[i])
+		}
+	}
+	for _, c := range []struct {
+		id, namespace string
+		events        int
+	}{{a, "tenant-a", 1}, {b, "tenant-b", 2}, {renewed, "", 0}, {orphan, "", 1}, {malformed, "", 1}} {
+		evs := fftest.LeaseEvents(t, pool, c.id)
+		if len(evs) != c.events {
+			t.Fatalf("%s: %d events, want %d", c.id, len(evs), c.events)
+		}
+		for _, ev := range evs {
+			if (ev.Namespace == nil) != (c.namespace == "") || (ev.Namespace != nil && *ev.Namespace != c.namespace) {
+				t.Fatalf("%s: event namespace %v, want %q", c.id, ev.Namespace, c.namespace)
+			}
+		}
+	}
+	if evs := fftest.LeaseEvents(t, pool, a); *evs[0].InstanceTag != "i-a" || evs[0].EventID != got[0].EventID {
+		t.Fatalf("event of a = %+v, result %+v", evs[0], got[0])
+	}
+	if ex := fftest.ReadExec(t, pool, p, renewed); ex.LifecyclePhase != "active" {
+		t.Fatalf("renewed execution changed: %+v", ex)
+	}
+}
+
 // TestReleaseRechecksUnderLock proves the re-check happens under the row
 // lock: a renewal that holds the attempt row when the release starts, and
 // commits while the release waits on the lock, wins, and the release becomes

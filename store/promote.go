@@ -121,30 +121,41 @@ type PromoteResult struct {
 // Promoted reports whether the row was changed.
 func (r PromoteResult) Promoted() bool { return r.Outcome == PromotePromoted }
 
-// promoteSQL is the seed's promote_for_execution as one statement:
-//   - up re-checks the delay under the row lock and writes the seed's values
-//     (eligibility_state eligible_now, deadline_at_ms NULL) and nothing else;
-//   - cur reads the row from the statement's snapshot so a no-op can say why
-//     without a second round trip. All parts of one statement share that
-//     snapshot, so cur shows the row as it was before up, not what a
+// promoteSQL is the seed's promote_for_execution as one statement, for a
+// batch of executions of one partition (distinct ids, in order $2):
+//   - up re-checks each delay under the row lock and writes the seed's
+//     values (eligibility_state eligible_now, deadline_at_ms NULL) and
+//     nothing else;
+//   - cur reads the rows from the statement's snapshot so a no-op can say
+//     why without a second round trip. All parts of one statement share that
+//     snapshot, so cur shows a row as it was before up, not what a
 //     concurrent commit that up waited for left behind (see PromoteRaced).
+//
+// The partition is a constant so the planner prunes to one child. Index:
+// ff_exec_core's primary key.
 const promoteSQL = `
-WITH up AS (
-    UPDATE ff_exec_core
+WITH input AS (
+    SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
+), up AS (
+    UPDATE ff_exec_core e
        SET eligibility_state = 'eligible_now',
            deadline_at_ms = NULL
-     WHERE partition_key = $1 AND execution_id = $2::uuid
-       AND lifecycle_phase = 'runnable'
-       AND eligibility_state = 'not_eligible_until_time'
-       AND deadline_at_ms IS NOT NULL AND deadline_at_ms <= $3
-    RETURNING 1
+      FROM input i
+     WHERE e.partition_key = $1 AND e.execution_id = i.execution_id
+       AND e.lifecycle_phase = 'runnable'
+       AND e.eligibility_state = 'not_eligible_until_time'
+       AND e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $3
+    RETURNING i.ord
 ), cur AS (
-    SELECT lifecycle_phase, eligibility_state, deadline_at_ms
-      FROM ff_exec_core
-     WHERE partition_key = $1 AND execution_id = $2::uuid
+    SELECT e.execution_id, e.lifecycle_phase, e.eligibility_state, e.deadline_at_ms
+      FROM ff_exec_core e
+     WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM input)
 )
-SELECT EXISTS (SELECT 1 FROM up), cur.lifecycle_phase, cur.eligibility_state, cur.deadline_at_ms
-  FROM (SELECT 1) AS one LEFT JOIN cur ON true`
+SELECT up.ord IS NOT NULL, cur.lifecycle_phase, cur.eligibility_state, cur.deadline_at_ms
+  FROM input i
+  LEFT JOIN up ON up.ord = i.ord
+  LEFT JOIN cur ON cur.execution_id = i.execution_id
+ ORDER BY i.ord`
 
 // PromoteDelayed promotes one delayed execution to eligible_now if, under its
 // row lock, it is still runnable + not_eligible_until_time with a
@@ -153,17 +164,65 @@ SELECT EXISTS (SELECT 1 FROM up), cur.lifecycle_phase, cur.eligibility_state, cu
 // pool); anything else is a no-op whose reason is in the result, and a second
 // call for the same execution is a no-op.
 func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (PromoteResult, error) {
-	var (
-		promoted    bool
-		phase, elig *string
-		r           PromoteResult
-	)
-	err := db.QueryRow(ctx, promoteSQL, partition, executionID, nowMs).Scan(&promoted, &phase, &elig, &r.DeadlineAtMs)
+	res, err := PromoteDelayedMany(ctx, db, partition, []string{executionID}, nowMs)
 	if err != nil {
-		return PromoteResult{}, fmt.Errorf("promote delayed execution %d/%s: %w", partition, executionID, err)
+		return PromoteResult{}, err
 	}
+	return res[0], nil
+}
+
+// PromoteDelayedMany is PromoteDelayed for several executions of one
+// partition, with one result per id in order. Each row is re-checked under
+// its own lock exactly as alone; an id repeated goes to a following
+// statement, so it sees the first one's change as a second call would.
+func PromoteDelayedMany(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]PromoteResult, error) {
+	out := make([]PromoteResult, len(executionIDs))
+	for _, round := range distinctRounds(executionIDs, func(id string) string { return id }) {
+		ids := make([]string, len(round))
+		for i, k := range round {
+			ids[i] = executionIDs[k]
+		}
+		fail := func(err error) error {
+			if len(ids) == 1 {
+				return fmt.Errorf("promote delayed execution %d/%s: %w", partition, ids[0], err)
+			}
+			return fmt.Errorf("promote %d delayed executions of partition %d: %w", len(ids), partition, err)
+		}
+		rows, err := db.Query(ctx, promoteSQL, partition, ids, nowMs)
+		if err != nil {
+			return nil, fail(err)
+		}
+		var (
+			promoted    bool
+			phase, elig *string
+			deadline    *int64
+			i           int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&promoted, &phase, &elig, &deadline}, func() error {
+			if i >= len(round) {
+				return fmt.Errorf("more result rows than the %d executions asked for", len(round))
+			}
+			out[round[i]] = promoteOutcome(promoted, phase, elig, deadline, nowMs)
+			i++
+			return nil
+		})
+		if err == nil && i != len(round) {
+			err = fmt.Errorf("%d result rows for %d executions", i, len(round))
+		}
+		if err != nil {
+			return nil, fail(err)
+		}
+	}
+	return out, nil
+}
+
+func promoteOutcome(promoted bool, phase, elig *string, deadline *int64, nowMs int64) PromoteResult {
+	r := PromoteResult{DeadlineAtMs: deadline}
 	if phase != nil {
-		r.LifecyclePhase, r.EligibilityState = *phase, *elig
+		r.LifecyclePhase = *phase
+	}
+	if elig != nil {
+		r.EligibilityState = *elig
 	}
 	switch {
 	case promoted:
@@ -179,5 +238,5 @@ func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID str
 	default:
 		r.Outcome = PromoteRaced
 	}
-	return r, nil
+	return r
 }

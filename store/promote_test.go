@@ -364,3 +364,43 @@ func TestPromotionScansUseTheDeadlineIndex(t *testing.T) {
 		t.Errorf("scan plan does not show the 200 active rows filtered after the index range:\n%s", ex.plans[0])
 	}
 }
+
+// TestPromoteDelayedManyBatch: a batch gives every execution the outcome it
+// would get alone, in input order, and an id repeated sees the first one's
+// promotion as a second call would.
+func TestPromoteDelayedManyBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t).Pool
+	const now, p = int64(6_000_000), int16(13)
+
+	due := fftest.InsertExec(t, pool, fftest.Delayed(p, now-10))
+	due2 := fftest.InsertExec(t, pool, fftest.Delayed(p, now))
+	later := fftest.InsertExec(t, pool, fftest.Delayed(p, now+1_000))
+	active := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+	missing := fftest.NewUUID()
+
+	ids := []string{due, later, active, due, missing, due2}
+	got, err := store.PromoteDelayedMany(ctx, pool, p, ids, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.PromoteOutcome{store.PromotePromoted, store.PromoteNotDue, store.PromoteWrongPhase,
+		store.PromoteWrongEligibility, store.PromoteMissing, store.PromotePromoted}
+	for i, w := range want {
+		if got[i].Outcome != w {
+			t.Errorf("id %d (%s) = %+v, want %s", i, ids[i], got[i], w)
+		}
+	}
+	if d := got[1].DeadlineAtMs; d == nil || *d != now+1_000 {
+		t.Fatalf("not-due result carries deadline %v, want %d", d, now+1_000)
+	}
+	for _, id := range []string{due, due2} {
+		if ex := fftest.ReadExec(t, pool, p, id); ex.EligibilityState != "eligible_now" || ex.DeadlineAtMs != nil {
+			t.Fatalf("%s not promoted: %+v", id, ex)
+		}
+	}
+	if ex := fftest.ReadExec(t, pool, p, later); ex.EligibilityState != "not_eligible_until_time" {
+		t.Fatalf("not-due execution promoted: %+v", ex)
+	}
+}

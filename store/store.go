@@ -98,3 +98,23 @@ func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int16])
 }
+
+// distinctRounds splits the indexes of items into rounds in which no key
+// repeats, each in input order: the first occurrence of every key in the
+// first round, the second in the next, and so on. Batched statements use it
+// where two items of one key in one statement would see each other's rows
+// as they were before either changed them.
+func distinctRounds[T any](items []T, key func(T) string) [][]int {
+	var rounds [][]int
+	seen := map[string]int{} // key → rounds it already appears in
+	for i, it := range items {
+		k := key(it)
+		r := seen[k]
+		seen[k] = r + 1
+		if r == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], i)
+	}
+	return rounds
+}

@@ -131,17 +131,18 @@ type SuspensionExpireResult struct {
 	TimeoutEntryNotArray string
 }
 
-// expireSuspensionSQL is the seed's expire_one transaction as one statement.
-// Parameters: $1 partition, $2 execution id, $3 now (ms).
+// expireSuspensionSQL is the seed's expire_one transaction as one statement,
+// for a batch of suspensions of one partition. Parameters: $1 partition, $2
+// execution ids (distinct, in order), $3 now (ms).
 //
-//   - sus locks the suspension and re-checks its deadline. Under READ
+//   - sus locks each suspension and re-checks its deadline. Under READ
 //     COMMITTED, SELECT … FOR UPDATE waits for a concurrent writer and then
 //     re-evaluates its WHERE clause against the newest committed version: a
 //     signal that deleted the row, or a timeout cleared or moved to the
-//     future, makes it return nothing, and then nothing else happens. The
-//     behaviour and member_map are read from that locked version. The later
-//     CTEs reach the row only through sus, so they run after the lock is
-//     taken.
+//     future, makes it return nothing for that row, and then nothing else
+//     happens to it. The behaviour and member_map are read from that locked
+//     version. The later CTEs reach the rows only through sus, so they run
+//     after the locks are taken, which are taken in execution id order.
 //   - resume appends the synthetic timeout signal to member_map.__timeout__
 //     and clears timeout_at_ms, so the row never fires again;
 //   - del deletes the suspension for the terminal behaviours;
@@ -150,16 +151,22 @@ type SuspensionExpireResult struct {
 //   - ev writes the completion event from the execution row (none when it
 //     is missing, as the seed's INSERT … SELECT does), with namespace and
 //     instance tag copied from it, which FlowFabric leaves NULL.
+//
+// The partition is a constant so the planner prunes to one child of each
+// table. Index: each table's primary key.
 const expireSuspensionSQL = `
-WITH sus AS (
-    SELECT su.timeout_behavior, su.member_map,
+WITH input AS (
+    SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
+), sus AS (
+    SELECT su.execution_id, su.timeout_behavior, su.member_map,
            CASE WHEN su.timeout_behavior = 'auto_resume_with_timeout_signal' THEN 'auto_resume_with_timeout_signal'
                 WHEN su.timeout_behavior IN ('fail', 'cancel', 'expire', 'escalate') THEN su.timeout_behavior
                 ELSE 'fail' END AS action
       FROM ff_suspension_current su
-     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+     WHERE su.partition_key = $1 AND su.execution_id IN (SELECT execution_id FROM input)
        AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $3
-       FOR UPDATE
+     ORDER BY su.execution_id
+       FOR UPDATE OF su
 ), sig AS (
     SELECT jsonb_build_array(jsonb_build_object(
                'signal_name', 'timeout', 'payload', NULL,
@@ -174,15 +181,15 @@ WITH sus AS (
                ELSE sus.member_map END,
            timeout_at_ms = NULL
       FROM sus, sig
-     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+     WHERE su.partition_key = $1 AND su.execution_id = sus.execution_id
        AND sus.action = 'auto_resume_with_timeout_signal'
-    RETURNING su.member_map
+    RETURNING su.execution_id, su.member_map
 ), del AS (
     DELETE FROM ff_suspension_current su
      USING sus
-     WHERE su.partition_key = $1 AND su.execution_id = $2::uuid
+     WHERE su.partition_key = $1 AND su.execution_id = sus.execution_id
        AND sus.action <> 'auto_resume_with_timeout_signal'
-    RETURNING sus.action
+    RETURNING su.execution_id, sus.action
 ), ec AS (
     UPDATE ff_exec_core e
        SET lifecycle_phase = 'terminal',
@@ -195,31 +202,39 @@ WITH sus AS (
                              THEN e.raw_fields || jsonb_build_object('last_failure_message', 'suspension_timeout')
                              ELSE e.raw_fields END
       FROM del
-     WHERE e.partition_key = $1 AND e.execution_id = $2::uuid
-    RETURNING e.flow_id, e.raw_fields->>'namespace' AS namespace,
+     WHERE e.partition_key = $1 AND e.execution_id = del.execution_id
+    RETURNING e.execution_id, e.flow_id, e.raw_fields->>'namespace' AS namespace,
               e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag,
               jsonb_typeof(e.raw_fields) = 'object' AS raw_ok,
               CASE WHEN del.action = 'cancel' THEN 'cancelled' ELSE 'expired' END AS outcome
 ), ev AS (
     INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
-    SELECT $1, $2::uuid, ec.flow_id, ec.outcome, ec.namespace, ec.instance_tag, $3
+    SELECT $1, ec.execution_id, ec.flow_id, ec.outcome, ec.namespace, ec.instance_tag, $3
       FROM ec
-    RETURNING event_id
+     ORDER BY ec.execution_id
+    RETURNING execution_id, event_id
 )
-SELECT EXISTS (SELECT 1 FROM sus),
-       (SELECT timeout_behavior FROM sus),
-       COALESCE((SELECT action FROM sus), ''),
-       EXISTS (SELECT 1 FROM del) AND NOT EXISTS (SELECT 1 FROM ec),
-       COALESCE((SELECT NOT raw_ok FROM ec), false),
-       COALESCE((SELECT outcome FROM ec), ''),
-       COALESCE((SELECT event_id FROM ev), 0),
-       COALESCE((SELECT jsonb_array_length(member_map->'__timeout__') FROM resume
-                  WHERE jsonb_typeof(member_map->'__timeout__') = 'array'), 0),
-       COALESCE((SELECT member_map::text FROM sus
-                  WHERE action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(member_map) <> 'object'), ''),
-       COALESCE((SELECT jsonb_typeof(member_map->'__timeout__') FROM sus
-                  WHERE action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(member_map) = 'object'
-                    AND jsonb_typeof(member_map->'__timeout__') <> 'array'), '')`
+SELECT sus.execution_id IS NOT NULL,
+       sus.timeout_behavior,
+       COALESCE(sus.action, ''),
+       del.execution_id IS NOT NULL AND ec.execution_id IS NULL,
+       COALESCE(NOT ec.raw_ok, false),
+       COALESCE(ec.outcome, ''),
+       COALESCE(ev.event_id, 0),
+       COALESCE(CASE WHEN jsonb_typeof(resume.member_map->'__timeout__') = 'array'
+                     THEN jsonb_array_length(resume.member_map->'__timeout__') END, 0),
+       COALESCE(CASE WHEN sus.action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(sus.member_map) <> 'object'
+                     THEN sus.member_map::text END, ''),
+       COALESCE(CASE WHEN sus.action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(sus.member_map) = 'object'
+                      AND jsonb_typeof(sus.member_map->'__timeout__') <> 'array'
+                     THEN jsonb_typeof(sus.member_map->'__timeout__') END, '')
+  FROM input i
+  LEFT JOIN sus ON sus.execution_id = i.execution_id
+  LEFT JOIN resume ON resume.execution_id = i.execution_id
+  LEFT JOIN del ON del.execution_id = i.execution_id
+  LEFT JOIN ec ON ec.execution_id = i.execution_id
+  LEFT JOIN ev ON ev.execution_id = i.execution_id
+ ORDER BY i.ord`
 
 // ExpireSuspension applies the timeout behaviour of one suspension if, under
 // its row lock, it still exists with a timeout lapsed at nowMs. It runs in
@@ -233,17 +248,61 @@ SELECT EXISTS (SELECT 1 FROM sus),
 // comes back in the same round trip, and the package's other row actions
 // have the same shape.
 func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (SuspensionExpireResult, error) {
-	var r SuspensionExpireResult
-	var behavior *string // NULL (means fail) and '' (unknown) must differ
-	err := db.QueryRow(ctx, expireSuspensionSQL, partition, executionID, nowMs).
-		Scan(&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
-			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray)
+	res, err := ExpireSuspensions(ctx, db, partition, []string{executionID}, nowMs)
 	if err != nil {
-		return SuspensionExpireResult{}, fmt.Errorf("expire suspension %d/%s: %w", partition, executionID, err)
+		return SuspensionExpireResult{}, err
 	}
-	if behavior != nil {
-		r.Behavior = *behavior
+	return res[0], nil
+}
+
+// ExpireSuspensions is ExpireSuspension for several suspensions of one
+// partition, with one result per execution id in order. Each suspension is
+// re-checked under its own lock exactly as alone; an id repeated goes to a
+// following statement, so it sees the first one's change as a second call
+// would.
+func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]SuspensionExpireResult, error) {
+	out := make([]SuspensionExpireResult, len(executionIDs))
+	for _, round := range distinctRounds(executionIDs, func(id string) string { return id }) {
+		ids := make([]string, len(round))
+		for i, k := range round {
+			ids[i] = executionIDs[k]
+		}
+		fail := func(err error) error {
+			if len(ids) == 1 {
+				return fmt.Errorf("expire suspension %d/%s: %w", partition, ids[0], err)
+			}
+			return fmt.Errorf("expire %d suspensions of partition %d: %w", len(ids), partition, err)
+		}
+		rows, err := db.Query(ctx, expireSuspensionSQL, partition, ids, nowMs)
+		if err != nil {
+			return nil, fail(err)
+		}
+		var (
+			r        SuspensionExpireResult
+			behavior *string // NULL (means fail) and '' (unknown) must differ
+			i        int
+		)
+		_, err = pgx.ForEachRow(rows, []any{&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
+			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray}, func() error {
+			if i >= len(round) {
+				return fmt.Errorf("more result rows than the %d suspensions asked for", len(round))
+			}
+			res := r
+			res.Behavior = ""
+			if behavior != nil {
+				res.Behavior = *behavior
+			}
+			res.UnknownBehavior = res.Applied && behavior != nil && *behavior != res.Action
+			out[round[i]] = res
+			i++
+			return nil
+		})
+		if err == nil && i != len(round) {
+			err = fmt.Errorf("%d result rows for %d suspensions", i, len(round))
+		}
+		if err != nil {
+			return nil, fail(err)
+		}
 	}
-	r.UnknownBehavior = r.Applied && behavior != nil && *behavior != r.Action
-	return r, nil
+	return out, nil
 }

@@ -453,3 +453,82 @@ func waitForLockWait(t *testing.T, db store.DB, table string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestExpireSuspensionsBatch: a batch gives every suspension the result it
+// would get alone, in input order: each terminal behaviour with its own
+// event, auto-resume (with an object and a non-object member_map), a
+// suspension not yet due, one already gone, one whose execution is missing,
+// and an id repeated (a no-op the second time, as a second call would be).
+func TestExpireSuspensionsBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t).Pool
+	const now, p = int64(7_000_000), int16(40)
+	suspend := func(behavior *string, timeout int64, memberMap any) string {
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
+			PublicState: "suspended", AttemptState: "attempt_interrupted", Namespace: "tenant-s"})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(timeout),
+			Behavior: behavior, MemberMap: memberMap})
+		return id
+	}
+	cancel := suspend(fftest.Str("cancel"), now-1, nil)
+	fail := suspend(nil, now-5, nil)
+	resume := suspend(fftest.Str(store.TimeoutAutoResume), now-1, map[string]any{"m1": "x"})
+	replaced := suspend(fftest.Str(store.TimeoutAutoResume), now-1, []int{1})
+	later := suspend(fftest.Str("fail"), now+1_000, nil)
+	orphan := fftest.NewUUID()
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: orphan, TimeoutAtMs: fftest.Ms(now - 1)})
+	gone := fftest.NewUUID()
+
+	ids := []string{cancel, fail, resume, replaced, later, orphan, gone, cancel}
+	got, err := store.ExpireSuspensions(ctx, pool, p, ids, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		applied       bool
+		action        string
+		outcome       string
+		event         bool
+		execMissing   bool
+		signals       int
+		replacedMap   bool
+		behaviorEmpty bool
+	}
+	wants := []want{
+		{applied: true, action: "cancel", outcome: "cancelled", event: true},
+		{applied: true, action: "fail", outcome: "expired", event: true, behaviorEmpty: true},
+		{applied: true, action: store.TimeoutAutoResume, signals: 1},
+		{applied: true, action: store.TimeoutAutoResume, signals: 1, replacedMap: true},
+		{behaviorEmpty: true},
+		{applied: true, action: "fail", execMissing: true, behaviorEmpty: true},
+		{behaviorEmpty: true},
+		{behaviorEmpty: true}, // cancel again: the suspension is gone
+	}
+	for i, w := range wants {
+		g := got[i]
+		if g.Applied != w.applied || g.Action != w.action || g.Outcome != w.outcome || (g.EventID != 0) != w.event ||
+			g.ExecMissing != w.execMissing || g.TimeoutSignals != w.signals || (g.MemberMapReplaced != "") != w.replacedMap ||
+			(g.Behavior == "") != w.behaviorEmpty {
+			t.Errorf("id %d (%s) = %+v, want %+v", i, ids[i], g, w)
+		}
+	}
+	for _, c := range []struct {
+		id     string
+		events int
+		phase  string
+	}{{cancel, 1, "terminal"}, {fail, 1, "terminal"}, {resume, 0, "suspended"}, {later, 0, "suspended"}} {
+		if n := len(fftest.CompletionEvents(t, pool, c.id)); n != c.events {
+			t.Errorf("%s: %d completion events, want %d", c.id, n, c.events)
+		}
+		if ex := fftest.ReadExec(t, pool, p, c.id); ex.LifecyclePhase != c.phase {
+			t.Errorf("%s: phase %s, want %s", c.id, ex.LifecyclePhase, c.phase)
+		}
+	}
+	if evs := fftest.CompletionEvents(t, pool, cancel); len(evs) == 1 && evs[0].EventID != got[0].EventID {
+		t.Errorf("cancel's event %d, result says %d", evs[0].EventID, got[0].EventID)
+	}
+	if su, ok := fftest.ReadSuspension(t, pool, p, resume); !ok || su.TimeoutAtMs != nil {
+		t.Errorf("auto-resumed suspension = %+v, %v; want kept with its timeout cleared", su, ok)
+	}
+}

@@ -88,7 +88,7 @@ func (w *leaseReleaseWorker) Timeout(*river.Job[jobs.LeaseReleaseArgs]) time.Dur
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
 	c := w.d.cfg.Stats.For(LeaseExpiry)
-	res, err := store.ReleaseExpiredLease(ctx, w.d.cfg.Pool, a.Partition, a.ExecutionID, a.AttemptIndex, store.NowMs())
+	res, err := w.d.releases.Do(ctx, a.Partition, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex})
 	if err != nil {
 		c.Errors.Add(1)
 		return err

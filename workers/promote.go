@@ -111,13 +111,20 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 		c.Skipped.Add(1)
 		return river.JobCancel(err)
 	}
-	now := store.NowMs()
-	res, err := store.PromoteDelayed(ctx, w.d.cfg.Pool, target.Partition, target.UUID, now)
+	log := w.d.log().With("reconciler", DelayedPromotion, "execution", target.String(), "job_id", job.ID)
+	// An ad-hoc promotion is inserted ahead of its "at" (see
+	// jobs.PromoteArgs.InsertOpts) and waits here for it.
+	if at := job.Args.At; at != nil {
+		if wait := time.Until(*at); wait > 0 {
+			log.Debug("promotion scheduled later; snoozing until its at", "at", *at, "snooze", snoozeFor(wait))
+			return river.JobSnooze(snoozeFor(wait))
+		}
+	}
+	res, err := w.d.promotions.Do(ctx, target.Partition, target.UUID)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
 	}
-	log := w.d.log().With("reconciler", DelayedPromotion, "execution", target.String(), "job_id", job.ID)
 	if res.Promoted() {
 		var deadline int64
 		if res.DeadlineAtMs != nil {
@@ -130,20 +137,33 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 	}
 	c.NoOps.Add(1)
 	if res.Outcome == store.PromoteNotDue && res.DeadlineAtMs != nil {
-		wait := time.Duration(*res.DeadlineAtMs-now) * time.Millisecond
+		wait := time.Until(time.UnixMilli(*res.DeadlineAtMs))
 		snoozes := snoozeCount(job.Metadata)
 		if wait <= MaxPromoteSnooze && snoozes < MaxPromoteSnoozes {
 			log.Debug("execution not due yet; snoozing until its delay-until",
-				"deadline_at_ms", *res.DeadlineAtMs, "snooze", wait, "snoozes", snoozes)
+				"deadline_at_ms", *res.DeadlineAtMs, "snooze", snoozeFor(wait), "snoozes", snoozes)
 			jobLog(ctx).Info("execution not due yet; snoozing until its delay-until", "execution", target.String(),
 				"delay_until_ms", *res.DeadlineAtMs)
-			return river.JobSnooze(wait)
+			return river.JobSnooze(snoozeFor(wait))
 		}
 	}
 	log.Debug("nothing to promote", "outcome", string(res.Outcome), "lifecycle_phase", res.LifecyclePhase,
 		"eligibility_state", res.EligibilityState, "deadline_at_ms", res.DeadlineAtMs)
 	jobLog(ctx).Info("nothing to promote", "execution", target.String(), "outcome", string(res.Outcome))
 	return nil
+}
+
+// snoozeFor is the snooze that runs a job again as soon as wait has passed.
+// River makes a snoozed job available at once when its snooze is at most
+// its scheduler's interval (then the next fetch after the time takes it),
+// and leaves longer ones to the scheduler, which runs only every
+// jobs.RiverSchedulerInterval: a longer wait is split, first up to one
+// interval before the time, then the rest.
+func snoozeFor(wait time.Duration) time.Duration {
+	if wait <= jobs.RiverSchedulerInterval {
+		return max(wait, time.Millisecond)
+	}
+	return wait - jobs.RiverSchedulerInterval
 }
 
 // snoozeCount is the number of times River recorded the job as snoozed, in

@@ -223,7 +223,9 @@ func TestRawSQLBadPromoteJobIsCancelledOnce(t *testing.T) {
 
 // TestScheduledPromotionOnTimeWithoutSweep: with no sweep running, a
 // promotion scheduled ("at") for the execution's delay-until promotes it
-// once that time has passed.
+// once that time has passed, never before, whether it was inserted more
+// than River's scheduler interval ahead (scheduled, then waiting for "at")
+// or less (available at once, then waiting).
 func TestScheduledPromotionOnTimeWithoutSweep(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -231,22 +233,33 @@ func TestScheduledPromotionOnTimeWithoutSweep(t *testing.T) {
 	fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
 	client := insertOnlyClient(t, db.Pool)
 
-	delayUntil := time.Now().Add(2 * time.Second).Truncate(time.Millisecond)
-	id := fftest.InsertExec(t, db.Pool, fftest.Delayed(4, delayUntil.UnixMilli()))
-	res, err := client.Insert(ctx, jobs.PromoteArgs{Execution: jobs.ExecutionID{Partition: 4, UUID: id}.String(), At: &delayUntil}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Job.State != "scheduled" || !res.Job.ScheduledAt.Equal(delayUntil) {
-		t.Fatalf("job state %s scheduled at %s; want scheduled at %s", res.Job.State, res.Job.ScheduledAt, delayUntil)
-	}
-	waitPromoted(t, db.Pool, 4, id, 20*time.Second)
-	if time.Now().Before(delayUntil) {
-		t.Fatalf("promoted before its delay-until %s", delayUntil)
-	}
-	t.Logf("promoted %s after its delay-until", time.Since(delayUntil).Round(time.Millisecond))
-	if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Attempt != 1 {
-		t.Fatalf("job = %+v; want one attempt", j)
+	for _, ahead := range []time.Duration{2 * time.Second, jobs.RiverSchedulerInterval + 2*time.Second} {
+		delayUntil := time.Now().Add(ahead).Truncate(time.Millisecond)
+		id := fftest.InsertExec(t, db.Pool, fftest.Delayed(4, delayUntil.UnixMilli()))
+		res, err := client.Insert(ctx, jobs.PromoteArgs{Execution: jobs.ExecutionID{Partition: 4, UUID: id}.String(), At: &delayUntil}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantState := "available"
+		if ahead > jobs.RiverSchedulerInterval {
+			wantState = "scheduled"
+		}
+		if string(res.Job.State) != wantState {
+			t.Fatalf("inserted %s ahead: job state %s; want %s", ahead, res.Job.State, wantState)
+		}
+		waitPromoted(t, db.Pool, 4, id, 30*time.Second)
+		// The attempt that promoted began no earlier than "at".
+		var began time.Time
+		if err := db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river.river_job WHERE id = $1`, res.Job.ID).Scan(&began); err != nil {
+			t.Fatal(err)
+		}
+		if began.Before(delayUntil) {
+			t.Fatalf("promoting attempt began at %s, before its at %s", began, delayUntil)
+		}
+		t.Logf("inserted %s ahead: promoted %s after its delay-until", ahead, time.Since(delayUntil).Round(time.Millisecond))
+		if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Attempt != 1 || j.Snoozes < 1 {
+			t.Fatalf("job = %+v; want one attempt, after waiting for its at in a snooze", j)
+		}
 	}
 }
 

@@ -85,7 +85,7 @@ func (w *suspensionExpireWorker) Timeout(*river.Job[jobs.SuspensionExpireArgs]) 
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
 	c := w.d.cfg.Stats.For(SuspensionTimeout)
-	res, err := store.ExpireSuspension(ctx, w.d.cfg.Pool, a.Partition, a.ExecutionID, store.NowMs())
+	res, err := w.d.suspensions.Do(ctx, a.Partition, a.ExecutionID)
 	if err != nil {
 		c.Errors.Add(1)
 		return err

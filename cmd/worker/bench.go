@@ -10,6 +10,8 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/bench"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger *slog.Logger) error {
@@ -31,12 +33,21 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Duration(&cfg.IdleFor, "idle-for", "FF_BENCH_IDLE_FOR", cfg.IdleFor, "idle-cost measuring window")
 	f.Int(&cfg.ScaleLarge, "scale-large", "FF_BENCH_SCALE_LARGE", cfg.ScaleLarge, "not-due rows in the large scale run")
 	f.Int(&cfg.Backlog, "backlog", "FF_BENCH_BACKLOG", cfg.Backlog, "rows in the backlog drain run")
+	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
+	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
+	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
+	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
+	f.Int(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", workers.DefaultRowStatements, "ours: most row-action statements of one reconciler in flight")
+	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs (for tuning)")
+	var commits []string
+	f.Strings(&commits, "commit", "FF_BENCH_COMMIT", "synchronous_commit settings the throughput runs compare: on, off (repeatable; default both)")
+	f.String(&cfg.CPUProfile, "cpu-profile", "FF_BENCH_CPU_PROFILE", "", "write a Go CPU profile of each throughput run of ours to <prefix>-<reconciler>-<commit>.pprof")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
 	if quick {
 		q := bench.Quick()
-		q.DBName = cfg.DBName
+		q.DBName, q.Fleet, q.OursOnly = cfg.DBName, cfg.Fleet, cfg.OursOnly
 		cfg = q
 	}
 	for _, s := range sections {
@@ -46,6 +57,19 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 				cfg.Sections = append(cfg.Sections, part)
 			default:
 				return badUsage("unknown section %q (want throughput, lateness, idle or scale)", part)
+			}
+		}
+	}
+	if len(commits) > 0 {
+		cfg.CommitModes = nil
+		for _, c := range commits {
+			for _, part := range strings.Split(c, ",") {
+				switch part = strings.TrimSpace(part); part {
+				case "on", "off":
+					cfg.CommitModes = append(cfg.CommitModes, part)
+				default:
+					return badUsage("unknown --commit %q (want on or off)", part)
+				}
 			}
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
 
@@ -48,8 +49,20 @@ type Config struct {
 	// compare (every design runs under each; default on and off).
 	CommitModes []string
 
+	// Fleet is the base configuration of every process of ours the
+	// benchmark starts (its zero value is the fleet's defaults); the
+	// database, logger and per-run settings are filled in by each run.
+	Fleet fleet.Config
+
+	// CPUProfile, when set, is a path prefix: each throughput run of ours
+	// writes a Go CPU profile to <prefix>-<reconciler>-<commit>.pprof.
+	CPUProfile string
+
 	// Sections limits the run to some of: throughput, lateness, idle, scale.
 	Sections []string
+	// OursOnly skips the reference designs in the throughput runs (for
+	// tuning ours; the report then has no ratios).
+	OursOnly bool
 	// Reconcilers limits throughput and lateness to some reconcilers.
 	Reconcilers []string
 
@@ -112,6 +125,22 @@ type env struct {
 	// commit is the synchronous_commit of the current throughput run, for
 	// every design's connections ("" means the server's default).
 	commit string
+}
+
+// fleetConfig is the configuration of one process of ours.
+func (e *env) fleetConfig() fleet.Config {
+	c := e.cfg.Fleet
+	c.DatabaseURL, c.Logger = e.url, e.log
+	return c
+}
+
+func withTracer(c fleet.Config, tr pgx.QueryTracer) fleet.Config { c.QueryTracer = tr; return c }
+
+func withCommit(c fleet.Config, commit string) fleet.Config {
+	if commit != "" {
+		c.SynchronousCommit = commit
+	}
+	return c
 }
 
 func (e *env) progress(format string, a ...any) {

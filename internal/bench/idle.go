@@ -57,7 +57,7 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 	// Ours: one process with every reconciler enabled.
 	e.progress("idle: ours for %s", e.cfg.IdleFor)
 	tr := &countingTracer{}
-	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log, QueryTracer: tr})
+	f, err := fleet.New(ctx, withTracer(e.fleetConfig(), tr))
 	if err != nil {
 		return res, err
 	}

@@ -34,6 +34,55 @@ type LatenessResult struct {
 	Interval      time.Duration
 	Rate, Rows    int
 	P50, P99, Max time.Duration
+	// Stages splits the pipeline by River's own timestamps of the run's jobs.
+	Stages []Stage
+}
+
+// Stage is one step between a row's deadline and its action: p50 and p99
+// over the run's jobs of one kind.
+type Stage struct {
+	Kind, Step string
+	Jobs       int
+	P50, P99   time.Duration
+}
+
+// stagesSQL measures, per job kind of one reconciler, the wait in the queue
+// (scheduled_at → attempted_at), the run (attempted_at → finalized_at) and,
+// for row jobs carrying the deadline they were enqueued for, the time from
+// that deadline to their insertion (tick wait + fan-out + scan).
+const stagesSQL = `
+WITH j AS (
+    SELECT kind, scheduled_at, created_at, attempted_at, finalized_at, (args->>'deadline_ms')::bigint AS deadline_ms
+      FROM river.river_job
+     WHERE kind LIKE 'ff.' || $1 || '.%' AND state = 'completed' AND attempted_at IS NOT NULL
+), s AS (
+    SELECT kind, 'queue wait' AS step, extract(epoch FROM attempted_at - scheduled_at) * 1000 AS ms FROM j
+    UNION ALL
+    SELECT kind, 'run', extract(epoch FROM finalized_at - attempted_at) * 1000 FROM j
+    UNION ALL
+    SELECT kind, 'deadline → enqueued', extract(epoch FROM created_at) * 1000 - deadline_ms FROM j WHERE deadline_ms IS NOT NULL
+)
+SELECT kind, step, count(*)::int,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::float8,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::float8
+  FROM s GROUP BY kind, step ORDER BY kind, step`
+
+func (e *env) stages(ctx context.Context, reconciler string) ([]Stage, error) {
+	rows, err := e.pool.Query(ctx, stagesSQL, reconciler)
+	if err != nil {
+		return nil, fmt.Errorf("stages: %w", err)
+	}
+	var out []Stage
+	for rows.Next() {
+		var st Stage
+		var p50, p99 float64
+		if err := rows.Scan(&st.Kind, &st.Step, &st.Jobs, &p50, &p99); err != nil {
+			return nil, fmt.Errorf("stages: %w", err)
+		}
+		st.P50, st.P99 = time.Duration(p50*float64(time.Millisecond)), time.Duration(p99*float64(time.Millisecond))
+		out = append(out, st)
+	}
+	return out, rows.Err()
 }
 
 const feedEvery = 100 * time.Millisecond
@@ -48,7 +97,7 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
-	cfg := fleet.Config{DatabaseURL: e.url, Logger: e.log}
+	cfg := e.fleetConfig()
 	if lr.configure != nil {
 		lr.configure(&cfg)
 	}
@@ -99,6 +148,12 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 	}
 	res.P50, res.P99, res.Max = ms(0.50), ms(0.99), time.Duration(lat[len(lat)-1]*float64(time.Millisecond))
 	e.progress("lateness %s: p50 %s, p99 %s, max %s over %d rows", lr.name, res.P50, res.P99, res.Max, res.Rows)
+	if res.Stages, err = e.stages(ctx, lr.reconciler); err != nil {
+		return res, err
+	}
+	for _, st := range res.Stages {
+		e.progress("  %s %s: p50 %s, p99 %s (%d jobs)", st.Kind, st.Step, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond), st.Jobs)
+	}
 	return res, nil
 }
 

@@ -55,6 +55,16 @@ func (r *Report) Markdown() string {
 				verdict(t.Ours >= 2*t.SeedLoop), verdict(t.Ours >= 0.6*t.Pool))
 		}
 		p("")
+		p("CPU per row acted on, whole machine (the client, Postgres's backends and its background work; the benchmark's")
+		p("own process in brackets). On this 2-core machine every design but the seed's single connection is CPU-bound,")
+		p("so this is what sets the rates above.")
+		p("")
+		p("| reconciler | synchronous_commit | ours | (a) seed loop | (b) per-row pool | (c) set-based |")
+		p("|---|---|---|---|---|---|")
+		for _, t := range r.Throughput {
+			p("| %s | %s | %s | %s | %s | %s |", t.Reconciler, t.Commit, t.OursCPU, t.SeedCPU, t.PoolCPU, t.SetCPU)
+		}
+		p("")
 		for _, t := range r.Throughput {
 			p("- %s (synchronous_commit %s), ours: %s", t.Reconciler, t.Commit, t.OursStats)
 		}
@@ -73,6 +83,18 @@ func (r *Report) Markdown() string {
 			p("| %s | %s | %d | %s | %s | %s | %s | %s |", l.Name, l.Interval, l.Rows,
 				l.P50.Round(time.Millisecond), l.P99.Round(time.Millisecond), l.Max.Round(time.Millisecond),
 				verdict(l.P99 <= l.Interval+500*time.Millisecond), verdict(l.Max <= 2*l.Interval))
+		}
+		p("")
+		p("Where the time goes, from River's timestamps of the same runs' jobs: queue wait is scheduled_at → attempted_at,")
+		p("run is attempted_at → finalized_at (River's batch completer finalizes row jobs a little after their commit),")
+		p("deadline → enqueued is the tick's wait plus the fan-out and the scan.")
+		p("")
+		p("| stream | job kind | step | jobs | p50 | p99 |")
+		p("|---|---|---|---|---|---|")
+		for _, l := range r.Lateness {
+			for _, st := range l.Stages {
+				p("| %s | %s | %s | %d | %s | %s |", l.Name, st.Kind, st.Step, st.Jobs, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond))
+			}
 		}
 	}
 	if r.Idle.Window > 0 {

@@ -91,7 +91,7 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 // medianTick times the tick's query as the worker runs it: through the
 // tick pool, with a cached generic plan (see internal/fleet).
 func (e *env) medianTick(ctx context.Context) (time.Duration, error) {
-	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log})
+	f, err := fleet.New(ctx, e.fleetConfig())
 	if err != nil {
 		return 0, err
 	}

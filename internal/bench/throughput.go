@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +53,9 @@ type ThroughputResult struct {
 	PoolSize   int
 	SetBased   float64 // (c) one statement per partition
 	OursStats  string
+	// CPU per row of each design: the whole machine's (client, backends
+	// and the server's background work) and this process's.
+	OursCPU, SeedCPU, PoolCPU, SetCPU CPUCost
 }
 
 const seedBatch = 1000
@@ -83,20 +89,27 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		return res, err
 	}
 	e.progress("throughput %s: ours (%d due, %d not due)", sc.name, due, notDue)
+	cpu := sampleCPU()
 	rate, stats, err := e.runOurs(ctx, sc.name, due, remaining)
 	if err != nil {
 		return res, err
 	}
-	res.Ours, res.OursStats = rate, stats
+	res.Ours, res.OursStats, res.OursCPU = rate, stats, cpu.per(due)
+	if e.cfg.OursOnly {
+		e.progress("throughput %s: ours %.0f/s, CPU per row %s", sc.name, res.Ours, res.OursCPU)
+		return res, nil
+	}
 
 	// (a) the seed's loop.
 	if err := prepare(); err != nil {
 		return res, err
 	}
 	e.progress("throughput %s: seed loop", sc.name)
+	cpu = sampleCPU()
 	if res.SeedLoop, err = e.runSeedLoop(ctx, sc, due, remaining); err != nil {
 		return res, err
 	}
+	res.SeedCPU = cpu.per(due)
 
 	// (b) per-row transactions on a pool.
 	for _, size := range e.cfg.PoolSizes {
@@ -104,12 +117,13 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 			return res, err
 		}
 		e.progress("throughput %s: per-row pool of %d", sc.name, size)
+		cpu := sampleCPU()
 		r, err := e.runPerRow(ctx, sc, size, due, remaining)
 		if err != nil {
 			return res, err
 		}
 		if r > res.Pool {
-			res.Pool, res.PoolSize = r, size
+			res.Pool, res.PoolSize, res.PoolCPU = r, size, cpu.per(due)
 		}
 	}
 
@@ -118,6 +132,7 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		return res, err
 	}
 	e.progress("throughput %s: set-based", sc.name)
+	cpu = sampleCPU()
 	start := time.Now()
 	now := store.NowMs()
 	for p := range int16(jobs.PartitionCount) {
@@ -128,9 +143,11 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	if n, err := remaining(ctx); err != nil || n != 0 {
 		return res, fmt.Errorf("set-based left %d rows (%v)", n, err)
 	}
-	res.SetBased = float64(due) / time.Since(start).Seconds()
+	res.SetBased, res.SetCPU = float64(due)/time.Since(start).Seconds(), cpu.per(due)
 	e.progress("throughput %s: ours %.0f/s, seed %.0f/s, pool(%d) %.0f/s, set %.0f/s",
 		sc.name, res.Ours, res.SeedLoop, res.PoolSize, res.Pool, res.SetBased)
+	e.progress("throughput %s: CPU per row: ours %s, seed %s, pool %s, set %s",
+		sc.name, res.OursCPU, res.SeedCPU, res.PoolCPU, res.SetCPU)
 	return res, nil
 }
 
@@ -140,7 +157,7 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 // would take ~1,000 locks each time and slow down what it measures. The
 // database is asked once at the end that nothing is left.
 func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, error) {
-	f, err := fleet.New(ctx, fleet.Config{DatabaseURL: e.url, Logger: e.log, SynchronousCommit: e.commit})
+	f, err := fleet.New(ctx, withCommit(e.fleetConfig(), e.commit))
 	if err != nil {
 		return 0, "", fmt.Errorf("fleet: %w", err)
 	}
@@ -153,6 +170,18 @@ func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining
 		defer cancel()
 		_ = f.Stop(stopCtx)
 	}()
+	if e.cfg.CPUProfile != "" {
+		name := fmt.Sprintf("%s-%s-%s.pprof", e.cfg.CPUProfile, reconciler, cmp.Or(e.commit, "default"))
+		pf, err := os.Create(name)
+		if err != nil {
+			return 0, "", fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pf.Close()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return 0, "", fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	counters := f.Workers.Stats().For(reconciler)
 	deadline := time.Now().Add(15 * time.Minute)
 	var end time.Time
