@@ -190,42 +190,27 @@ func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionI
 // goes to a following statement (it would otherwise see the execution as it
 // was before the first one's change).
 func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64) ([]ReleaseResult, error) {
-	out := make([]ReleaseResult, len(refs))
-	for _, round := range distinctRounds(refs, func(r LeaseRef) string { return r.ExecutionID }) {
-		ids := make([]string, len(round))
-		idx := make([]int32, len(round))
-		for i, k := range round {
-			ids[i], idx[i] = refs[k].ExecutionID, refs[k].AttemptIndex
-		}
-		fail := func(err error) error {
-			if len(round) == 1 {
-				return fmt.Errorf("release lease %d/%s attempt %d: %w", partition, ids[0], idx[0], err)
-			}
-			return fmt.Errorf("release %d leases of partition %d: %w", len(round), partition, err)
-		}
-		rows, err := db.Query(ctx, releaseSQL, partition, ids, idx, nowMs)
-		if err != nil {
-			return nil, fail(err)
-		}
-		i := 0
-		var r ReleaseResult
-		_, err = pgx.ForEachRow(rows, []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID}, func() error {
-			if i >= len(round) {
-				return fmt.Errorf("more result rows than the %d leases asked for", len(round))
-			}
+	ids := make([]string, len(refs))
+	idx := make([]int32, len(refs))
+	for i, r := range refs {
+		ids[i], idx[i] = r.ExecutionID, r.AttemptIndex
+	}
+	var r ReleaseResult
+	return batch[ReleaseResult]{
+		sql:  releaseSQL,
+		args: func(round []int) []any { return []any{partition, pick(ids, round), pick(idx, round), nowMs} },
+		dest: []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID},
+		read: func() ReleaseResult {
 			if !r.Released {
 				r.ExecMissing = false
 			}
-			out[round[i]] = r
-			i++
-			return nil
-		})
-		if err == nil && i != len(round) {
-			err = fmt.Errorf("%d result rows for %d leases", i, len(round))
-		}
-		if err != nil {
-			return nil, fail(err)
-		}
-	}
-	return out, nil
+			return r
+		},
+		what: func(round []int) string {
+			if len(round) == 1 {
+				return fmt.Sprintf("release lease %d/%s attempt %d", partition, ids[round[0]], idx[round[0]])
+			}
+			return fmt.Sprintf("release %d leases of partition %d", len(round), partition)
+		},
+	}.run(ctx, db, ids)
 }

@@ -176,44 +176,23 @@ func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID str
 // its own lock exactly as alone; an id repeated goes to a following
 // statement, so it sees the first one's change as a second call would.
 func PromoteDelayedMany(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]PromoteResult, error) {
-	out := make([]PromoteResult, len(executionIDs))
-	for _, round := range distinctRounds(executionIDs, func(id string) string { return id }) {
-		ids := make([]string, len(round))
-		for i, k := range round {
-			ids[i] = executionIDs[k]
-		}
-		fail := func(err error) error {
-			if len(ids) == 1 {
-				return fmt.Errorf("promote delayed execution %d/%s: %w", partition, ids[0], err)
+	var (
+		promoted    bool
+		phase, elig *string
+		deadline    *int64
+	)
+	return batch[PromoteResult]{
+		sql:  promoteSQL,
+		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
+		dest: []any{&promoted, &phase, &elig, &deadline},
+		read: func() PromoteResult { return promoteOutcome(promoted, phase, elig, deadline, nowMs) },
+		what: func(round []int) string {
+			if len(round) == 1 {
+				return fmt.Sprintf("promote delayed execution %d/%s", partition, executionIDs[round[0]])
 			}
-			return fmt.Errorf("promote %d delayed executions of partition %d: %w", len(ids), partition, err)
-		}
-		rows, err := db.Query(ctx, promoteSQL, partition, ids, nowMs)
-		if err != nil {
-			return nil, fail(err)
-		}
-		var (
-			promoted    bool
-			phase, elig *string
-			deadline    *int64
-			i           int
-		)
-		_, err = pgx.ForEachRow(rows, []any{&promoted, &phase, &elig, &deadline}, func() error {
-			if i >= len(round) {
-				return fmt.Errorf("more result rows than the %d executions asked for", len(round))
-			}
-			out[round[i]] = promoteOutcome(promoted, phase, elig, deadline, nowMs)
-			i++
-			return nil
-		})
-		if err == nil && i != len(round) {
-			err = fmt.Errorf("%d result rows for %d executions", i, len(round))
-		}
-		if err != nil {
-			return nil, fail(err)
-		}
-	}
-	return out, nil
+			return fmt.Sprintf("promote %d delayed executions of partition %d", len(round), partition)
+		},
+	}.run(ctx, db, executionIDs)
 }
 
 func promoteOutcome(promoted bool, phase, elig *string, deadline *int64, nowMs int64) PromoteResult {

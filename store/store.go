@@ -99,16 +99,15 @@ func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[int16])
 }
 
-// distinctRounds splits the indexes of items into rounds in which no key
+// distinctRounds splits the indexes of keys into rounds in which no key
 // repeats, each in input order: the first occurrence of every key in the
 // first round, the second in the next, and so on. Batched statements use it
 // where two items of one key in one statement would see each other's rows
 // as they were before either changed them.
-func distinctRounds[T any](items []T, key func(T) string) [][]int {
+func distinctRounds(keys []string) [][]int {
 	var rounds [][]int
 	seen := map[string]int{} // key → rounds it already appears in
-	for i, it := range items {
-		k := key(it)
+	for i, k := range keys {
 		r := seen[k]
 		seen[k] = r + 1
 		if r == len(rounds) {
@@ -117,4 +116,55 @@ func distinctRounds[T any](items []T, key func(T) string) [][]int {
 		rounds[r] = append(rounds[r], i)
 	}
 	return rounds
+}
+
+// batch is one batched row-action statement: items keyed by execution id,
+// one result row per item of a round, in the round's order.
+type batch[R any] struct {
+	sql string
+	// args are the statement's parameters for the items of one round.
+	args func(round []int) []any
+	// dest receives one result row; read turns it into the item's result.
+	dest []any
+	read func() R
+	// what names the work of one round for errors: the row itself when the
+	// round has one item.
+	what func(round []int) string
+}
+
+// run executes b for keys in distinct-key rounds (see distinctRounds) and
+// returns one result per key, in order.
+func (b batch[R]) run(ctx context.Context, db DB, keys []string) ([]R, error) {
+	out := make([]R, len(keys))
+	for _, round := range distinctRounds(keys) {
+		rows, err := db.Query(ctx, b.sql, b.args(round)...)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.what(round), err)
+		}
+		i := 0
+		_, err = pgx.ForEachRow(rows, b.dest, func() error {
+			if i >= len(round) {
+				return fmt.Errorf("more result rows than the %d asked for", len(round))
+			}
+			out[round[i]] = b.read()
+			i++
+			return nil
+		})
+		if err == nil && i != len(round) {
+			err = fmt.Errorf("%d result rows for %d asked for", i, len(round))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.what(round), err)
+		}
+	}
+	return out, nil
+}
+
+// pick returns the elements of all at the indexes of round.
+func pick[T any](all []T, round []int) []T {
+	out := make([]T, len(round))
+	for i, k := range round {
+		out[i] = all[k]
+	}
+	return out
 }

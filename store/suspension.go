@@ -261,48 +261,29 @@ func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID s
 // following statement, so it sees the first one's change as a second call
 // would.
 func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]SuspensionExpireResult, error) {
-	out := make([]SuspensionExpireResult, len(executionIDs))
-	for _, round := range distinctRounds(executionIDs, func(id string) string { return id }) {
-		ids := make([]string, len(round))
-		for i, k := range round {
-			ids[i] = executionIDs[k]
-		}
-		fail := func(err error) error {
-			if len(ids) == 1 {
-				return fmt.Errorf("expire suspension %d/%s: %w", partition, ids[0], err)
-			}
-			return fmt.Errorf("expire %d suspensions of partition %d: %w", len(ids), partition, err)
-		}
-		rows, err := db.Query(ctx, expireSuspensionSQL, partition, ids, nowMs)
-		if err != nil {
-			return nil, fail(err)
-		}
-		var (
-			r        SuspensionExpireResult
-			behavior *string // NULL (means fail) and '' (unknown) must differ
-			i        int
-		)
-		_, err = pgx.ForEachRow(rows, []any{&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
-			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray}, func() error {
-			if i >= len(round) {
-				return fmt.Errorf("more result rows than the %d suspensions asked for", len(round))
-			}
+	var (
+		r        SuspensionExpireResult
+		behavior *string // NULL (means fail) and '' (unknown) must differ
+	)
+	return batch[SuspensionExpireResult]{
+		sql:  expireSuspensionSQL,
+		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
+		dest: []any{&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
+			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray},
+		read: func() SuspensionExpireResult {
 			res := r
 			res.Behavior = ""
 			if behavior != nil {
 				res.Behavior = *behavior
 			}
 			res.UnknownBehavior = res.Applied && behavior != nil && *behavior != res.Action
-			out[round[i]] = res
-			i++
-			return nil
-		})
-		if err == nil && i != len(round) {
-			err = fmt.Errorf("%d result rows for %d suspensions", i, len(round))
-		}
-		if err != nil {
-			return nil, fail(err)
-		}
-	}
-	return out, nil
+			return res
+		},
+		what: func(round []int) string {
+			if len(round) == 1 {
+				return fmt.Sprintf("expire suspension %d/%s", partition, executionIDs[round[0]])
+			}
+			return fmt.Sprintf("expire %d suspensions of partition %d", len(round), partition)
+		},
+	}.run(ctx, db, executionIDs)
 }

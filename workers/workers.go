@@ -14,6 +14,11 @@
 // measured at about 0.5 ms on a 2-core machine, which halves throughput for
 // no change in effect. Scans do complete themselves in their transaction,
 // once per batch, to free their unique slot for a continuation.
+//
+// Row batching. The lease, suspension and promotion row workers ask a
+// coalescer (internal/coalesce) for their row: rows of one partition asked
+// for while a statement is in flight go together in the next one, each with
+// its own re-check and its own result. See docs/design.md, "Row batching".
 package workers
 
 import (
