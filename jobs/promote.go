@@ -20,10 +20,11 @@ import (
 //
 // with an optional "at" (RFC 3339 time, the execution's delay-until): the
 // promotion then happens at that time without waiting for a sweep (see
-// InsertOpts; a client that sets the job's scheduled_at itself should set
-// it up to 5 s before "at", or leave it unset). Give either Execution or Partition + ExecutionID. The action
-// re-checks the execution under lock, so a promotion that is not (yet) due,
-// or for an execution in another state, changes nothing.
+// InsertOpts; a client that sets the job's scheduled_at itself should set it
+// up to 5 s before "at", or leave it unset). Give either Execution or
+// Partition + ExecutionID. The action re-checks the execution under lock, so
+// a promotion that is not (yet) due, or for an execution in another state,
+// changes nothing.
 type PromoteArgs struct {
 	// Execution is FlowFabric's execution id, `{fp:N}:<uuid>`.
 	Execution string `json:"execution,omitempty" river:"unique"`

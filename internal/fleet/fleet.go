@@ -48,10 +48,9 @@ type Config struct {
 	// a large batch: River fetches at most RowWorkers minus the jobs still
 	// running.
 	RowWorkers int
-	// WorkConns is the size of the work pool, the connections row actions,
-	// scans and ticks share (default 24). Row workers above it wait for a
-	// connection, which keeps Postgres from thrashing on a small server
-	// while River still fetches jobs in large batches.
+	// WorkConns is the size of the work pool, the connections row
+	// statements, scans and ticks share (default 24). What bounds the load
+	// row actions put on Postgres is RowStatements, not this.
 	WorkConns int
 	// RowBatch is the most row actions of one partition that share one
 	// statement (default workers.DefaultRowBatch; 1 turns sharing off).
