@@ -6,11 +6,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/flowfabric/ffreconcile/internal/bench"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -75,7 +77,13 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		}
 	}
 	for _, r := range reconcilers {
-		cfg.Reconcilers = append(cfg.Reconcilers, strings.Split(r, ",")...)
+		for _, name := range strings.Split(r, ",") {
+			name = strings.TrimSpace(name)
+			if !slices.Contains(jobs.Reconcilers, name) {
+				return badUsage("unknown reconciler %q (known: %s)", name, strings.Join(jobs.Reconcilers, ", "))
+			}
+			cfg.Reconcilers = append(cfg.Reconcilers, name)
+		}
 	}
 	if cfg.Due < 256 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
 		return badUsage("sizes out of range: --due ≥ 256, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")

@@ -225,6 +225,14 @@ func TestFleetChaos(t *testing.T) {
 		rep.Faults = append(rep.Faults, f)
 		t.Logf("fault at %.1fs: %s %s %s", f.AtS, f.Kind, f.ClientID, f.Detail)
 	}
+	// addKill records a SIGKILL: as a fault, and as a kill the
+	// exactly-once checks account for.
+	addKill := func(f fault) {
+		faultsMu.Lock()
+		kills = append(kills, kill{f.ClientID, f.At})
+		faultsMu.Unlock()
+		addFault(f)
+	}
 	sleepUntil := func(d time.Duration) {
 		next := feedStart.Add(d)
 		if gap := lastFault.Add(faultGap); next.Before(gap) {
@@ -287,10 +295,7 @@ func TestFleetChaos(t *testing.T) {
 			at = time.Now()
 			victim.kill()
 		}
-		faultsMu.Lock()
-		kills = append(kills, kill{victim.clientID, at})
-		faultsMu.Unlock()
-		addFault(fault{Kind: "sigkill_follower", ClientID: victim.clientID, At: at, Detail: "leader was " + leader})
+		addKill(fault{Kind: "sigkill_follower", ClientID: victim.clientID, At: at, Detail: "leader was " + leader})
 		time.Sleep(plan.restartAfter)
 		if err := victim.startReady(60 * time.Second); err != nil {
 			faultErrs <- err
@@ -320,10 +325,7 @@ func TestFleetChaos(t *testing.T) {
 		}
 		at = time.Now()
 		victim.kill()
-		faultsMu.Lock()
-		kills = append(kills, kill{victim.clientID, at})
-		faultsMu.Unlock()
-		addFault(fault{Kind: "sigkill_leader", ClientID: victim.clientID, At: at})
+		addKill(fault{Kind: "sigkill_leader", ClientID: victim.clientID, At: at})
 		fo, err := measureFailover(ctx, pool, leader, at, 90*time.Second)
 		if err != nil {
 			faultErrs <- err

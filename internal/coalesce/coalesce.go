@@ -77,11 +77,6 @@ func (c *Coalescer[K, T, R]) Do(ctx context.Context, key K, item T) (R, error) {
 		select {
 		case <-cl.done:
 			return cl.res, cl.err
-		default:
-		}
-		select {
-		case <-cl.done:
-			return cl.res, cl.err
 		case c.slots <- struct{}{}:
 			// Whoever gets a slot runs the oldest queued batch, which
 			// need not contain its own item; it then loops to find out.
