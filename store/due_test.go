@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
@@ -62,5 +63,59 @@ func TestCountDueAndTopPartitions(t *testing.T) {
 	}
 	if _, err := store.CountDue(ctx, db.Pool, "nope", now, store.Filter{}, 10); err == nil {
 		t.Error("CountDue of an unknown reconciler: want error")
+	}
+}
+
+// TestDuePartitionsEarliestFirst checks the order ticks fan out in and the
+// horizon they pass: partitions come out by their earliest row due before
+// the horizon (ties by partition), whatever their number, and a row due
+// after the horizon neither adds a partition nor moves one.
+func TestDuePartitionsEarliestFirst(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const now = int64(7_000_000)
+	// Earliest due row per partition: 40 at now-300, 7 at now-200 (and a
+	// later one), 3 and 12 tied at now-100; 20 only at now+200 (inside a
+	// 500 ms lookahead); 30 only at now+900 (outside it).
+	rows := []struct {
+		p  int16
+		at int64
+	}{{7, now - 50}, {12, now - 100}, {3, now - 100}, {7, now - 200}, {40, now - 300}, {20, now + 200}, {30, now + 900}}
+	for _, r := range rows {
+		e := fftest.Delayed(r.p, r.at)
+		e.Namespace = "a"
+		id := fftest.InsertExec(t, db.Pool, e)
+		fftest.InsertAttempt(t, db.Pool, r.p, id, 0, fftest.Ms(r.at))
+		fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: r.p, ExecutionID: id, TimeoutAtMs: fftest.Ms(r.at)})
+	}
+	due := map[string]func(context.Context, store.DB, int64, int, store.Filter) ([]int16, error){
+		"lease":      store.DueLeasePartitions,
+		"suspension": store.DueSuspensionPartitions,
+		"promotion":  store.DuePromotionPartitions,
+	}
+	tests := []struct {
+		name    string
+		horizon int64
+		filter  store.Filter
+		want    []int16
+	}{
+		{"Now", now, store.Filter{}, []int16{40, 7, 3, 12}},
+		{"Lookahead", now + 500, store.Filter{}, []int16{40, 7, 3, 12, 20}},
+		{"Filtered", now + 500, store.Filter{Namespace: "a"}, []int16{40, 7, 3, 12, 20}},
+		{"NothingOutsideFilter", now + 500, store.Filter{Namespace: "other"}, []int16{}},
+	}
+	for name, fn := range due {
+		for _, tt := range tests {
+			t.Run(name+"/"+tt.name, func(t *testing.T) {
+				got, err := fn(ctx, db.Pool, tt.horizon, 256, tt.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != len(tt.want) || (len(got) > 0 && !slices.Equal(got, tt.want)) {
+					t.Fatalf("due partitions = %v; want %v", got, tt.want)
+				}
+			})
+		}
 	}
 }

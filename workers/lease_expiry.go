@@ -33,7 +33,7 @@ func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) ti
 }
 
 func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	parts, err := store.DueLeasePartitions(ctx, w.d.tickDB(), store.NowMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := store.DueLeasePartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
 	if err != nil {
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err

@@ -50,7 +50,7 @@ func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTic
 }
 
 func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	parts, err := store.DuePromotionPartitions(ctx, w.d.tickDB(), store.NowMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := store.DuePromotionPartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
 	if err != nil {
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err

@@ -19,7 +19,7 @@ const (
 // Counters are what one reconciler did in this process since it started.
 type Counters struct {
 	Ticks         atomic.Int64 // ticks run
-	PartitionsDue atomic.Int64 // partitions found holding due rows, summed over ticks
+	PartitionsDue atomic.Int64 // partitions found holding rows due (within the tick lookahead), summed over ticks
 	// PartitionsBusy are due partitions a tick skipped because row jobs of
 	// theirs were still queued.
 	PartitionsBusy atomic.Int64

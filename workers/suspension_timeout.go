@@ -32,7 +32,7 @@ func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutT
 }
 
 func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	parts, err := store.DueSuspensionPartitions(ctx, w.d.tickDB(), store.NowMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := store.DueSuspensionPartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
 	if err != nil {
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err

@@ -84,6 +84,14 @@ type Config struct {
 	// statement is in flight the rows asked for meanwhile queue and go
 	// together in the next one. See internal/coalesce.
 	RowBatch int
+	// TickLookahead makes the lease-expiry, suspension-timeout and
+	// delayed-promotion ticks also fan out partitions whose earliest row
+	// falls due within this much of now (0: only partitions already due).
+	// A tick's scans run one after another in a burst, earliest deadline
+	// first; a partition scanned late in the burst then also takes the rows
+	// that fell due since the tick, which would otherwise wait for the next
+	// tick. A scan that finds nothing due costs one index probe.
+	TickLookahead time.Duration
 	// RowStatements is the most row-action statements of one reconciler in
 	// flight at once (default 2): with a statement running while the next
 	// one fills, a 2-core server stays busy, and rows queue and batch under
@@ -267,6 +275,14 @@ func newDeps(cfg Config) *deps {
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }
 
 // tickDB is the pool for the ticks' queries.
+// horizonMs is the deadline bound of a tick's due-partition query: now plus
+// the lookahead, so a partition whose rows fall due while the tick's scans
+// drain is scanned in this tick instead of waiting a whole interval for the
+// next one. A scan still only takes rows already due when it runs.
+func (d *deps) horizonMs() int64 {
+	return store.NowMs() + d.cfg.TickLookahead.Milliseconds()
+}
+
 func (d *deps) tickDB() store.DB {
 	if d.cfg.TickPool != nil {
 		return d.cfg.TickPool

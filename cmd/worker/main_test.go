@@ -42,6 +42,7 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"InstanceTagWithoutEquals", []string{"run", "--instance-tag", "cairn.instance_id"}, 2, "want KEY=VALUE"},
 		{"UnknownReconciler", []string{"run", "--reconcilers", "lease_expiry,nope"}, 2, `unknown reconciler "nope"`},
 		{"RowBatchOutOfRange", []string{"run", "--row-batch", "5000"}, 2, "row batch 5000 is out of range 1..1000"},
+		{"TickLookaheadTooLong", []string{"run", "--tick-lookahead", "2m"}, 2, "tick lookahead 2m0s is too long (at most 1m; negative turns it off)"},
 		{"BenchUnknownReconciler", []string{"bench", "--reconciler", "promote"}, 2, `unknown reconciler "promote"`},
 		{"BenchUnknownCommit", []string{"bench", "--commit", "sometimes"}, 2, `unknown --commit "sometimes"`},
 		{"BadSchema", []string{"run", "--river-schema", "x;drop"}, 2, "invalid River schema name"},

@@ -58,6 +58,11 @@ type Config struct {
 	// RowStatements is the most row-action statements of one reconciler in
 	// flight (default workers.DefaultRowStatements).
 	RowStatements int
+	// TickLookahead: the deadline sweeps' ticks also fan out partitions whose
+	// earliest row falls due within this much of now (default 500 ms, about
+	// how long a tick's burst of scans takes to drain at 500 due rows/s on
+	// 2 cores; negative: none). See workers.Config.TickLookahead.
+	TickLookahead time.Duration
 	// SynchronousCommit is the work pool's synchronous_commit (default
 	// "on"). "off" lets row actions commit without waiting for the WAL
 	// flush; see docs/design.md for what a server crash can then cost.
@@ -118,6 +123,7 @@ const (
 	DefaultFetchPollInterval     = time.Second
 	DefaultCompletedJobRetention = 10 * time.Minute
 	DefaultRescueStuckJobsAfter  = 25 * time.Second
+	DefaultTickLookahead         = 500 * time.Millisecond
 	controlWorkers               = 8
 )
 
@@ -175,6 +181,9 @@ func (c *Config) setDefaults() {
 	if c.RescueStuckJobsAfter == 0 {
 		c.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
 	}
+	if c.TickLookahead == 0 {
+		c.TickLookahead = DefaultTickLookahead
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -215,6 +224,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FetchPollInterval < river.FetchPollIntervalMin || c.FetchPollInterval < c.RowFetchCooldown {
 		return fmt.Errorf("fetch poll interval %s must be at least %s and at least the fetch cooldown", c.FetchPollInterval, river.FetchPollIntervalMin)
+	}
+	if c.TickLookahead > time.Minute {
+		return fmt.Errorf("tick lookahead %s is too long (at most 1m; negative turns it off)", c.TickLookahead)
 	}
 	if c.CompletedJobRetention < time.Second {
 		return fmt.Errorf("completed job retention %s is too short (minimum 1s)", c.CompletedJobRetention)
@@ -327,6 +339,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		Observer:       f.Metrics,
 		RowBatch:       cfg.RowBatch,
 		RowStatements:  cfg.RowStatements,
+		TickLookahead:  max(0, cfg.TickLookahead),
 	})
 	if err != nil {
 		return err

@@ -132,7 +132,7 @@ var statDescs = []struct {
 	get        func(workers.Snapshot) int64
 }{
 	{"ticks_total", "Reconciler ticks run by this process.", func(s workers.Snapshot) int64 { return s.Ticks }},
-	{"partitions_due_total", "Partitions found holding due rows, summed over ticks.", func(s workers.Snapshot) int64 { return s.PartitionsDue }},
+	{"partitions_due_total", "Partitions found holding rows due within the tick lookahead, summed over ticks.", func(s workers.Snapshot) int64 { return s.PartitionsDue }},
 	{"partitions_busy_total", "Due partitions a tick skipped because their row jobs were still queued.", func(s workers.Snapshot) int64 { return s.PartitionsBusy }},
 	{"scans_total", "Partition scans run.", func(s workers.Snapshot) int64 { return s.Scans }},
 	{"scan_continuations_total", "Partition scans that continued themselves after a full batch.", func(s workers.Snapshot) int64 { return s.Continuations }},
