@@ -38,13 +38,14 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
+	f.Duration(&cfg.Fleet.TickLookahead, "tick-lookahead", "FF_TICK_LOOKAHEAD", fleet.DefaultTickLookahead, "ours: deadline sweeps also scan partitions whose rows fall due within this much of the tick (negative: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
 	f.Int(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", workers.DefaultRowStatements, "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
 	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs (for tuning)")
 	var commits []string
 	f.Strings(&commits, "commit", "FF_BENCH_COMMIT", "synchronous_commit settings the throughput runs compare: on, off (repeatable; default both)")
-	f.String(&cfg.CPUProfile, "cpu-profile", "FF_BENCH_CPU_PROFILE", "", "write a Go CPU profile of each throughput run of ours to <prefix>-<reconciler>-<commit>.pprof")
+	f.String(&cfg.CPUProfile, "cpu-profile", "FF_BENCH_CPU_PROFILE", "", "write a Go CPU profile of each throughput run of ours to <prefix>-<reconciler>-<commit>.pprof and of each lateness run to <prefix>-lateness-<reconciler>.pprof")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}

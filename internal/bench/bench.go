@@ -55,7 +55,8 @@ type Config struct {
 	Fleet fleet.Config
 
 	// CPUProfile, when set, is a path prefix: each throughput run of ours
-	// writes a Go CPU profile to <prefix>-<reconciler>-<commit>.pprof.
+	// writes a Go CPU profile to <prefix>-<reconciler>-<commit>.pprof, each
+	// lateness run to <prefix>-lateness-<reconciler>.pprof.
 	CPUProfile string
 
 	// Sections limits the run to some of: throughput, lateness, idle, scale.

@@ -47,9 +47,10 @@ type Stage struct {
 }
 
 // stagesSQL measures, per job kind of one reconciler, the wait in the queue
-// (scheduled_at → attempted_at), the run (attempted_at → finalized_at) and,
+// (scheduled_at → attempted_at), the run (attempted_at → finalized_at),
 // for row jobs carrying the deadline they were enqueued for, the time from
-// that deadline to their insertion (tick wait + fan-out + scan).
+// that deadline to their insertion (tick wait + fan-out + scan), and per
+// tick the time its burst of scans took to start.
 const stagesSQL = `
 WITH j AS (
     SELECT kind, scheduled_at, created_at, attempted_at, finalized_at, (args->>'deadline_ms')::bigint AS deadline_ms
@@ -61,6 +62,10 @@ WITH j AS (
     SELECT kind, 'run', extract(epoch FROM finalized_at - attempted_at) * 1000 FROM j
     UNION ALL
     SELECT kind, 'deadline → enqueued', extract(epoch FROM created_at) * 1000 - deadline_ms FROM j WHERE deadline_ms IS NOT NULL
+    UNION ALL
+    -- One tick's scans share the created_at of its fan-out insert.
+    SELECT kind, 'fan-out → last scan started', extract(epoch FROM max(attempted_at) - created_at) * 1000
+      FROM j WHERE kind LIKE '%.scan' GROUP BY kind, created_at HAVING count(*) > 1
 )
 SELECT kind, step, count(*)::int,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::float8,
@@ -115,6 +120,29 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 		_ = f.Stop(stopCtx)
 	}()
 
+	// The stream starts once the fleet is up: a leader elected and the
+	// reconciler's first tick run (its first plan alone takes ~0.5 s).
+	// Rows due before that would measure start-up, not steady state.
+	if _, sweeps := cfg.Reconcilers[lr.reconciler]; sweeps || cfg.Reconcilers == nil {
+		started := time.Now()
+		ticks := &f.Workers.Stats().For(lr.reconciler).Ticks
+		for ticks.Load() == 0 {
+			if time.Since(started) > time.Minute {
+				return res, fmt.Errorf("no %s tick within a minute of starting the fleet", lr.reconciler)
+			}
+			select {
+			case <-ctx.Done():
+				return res, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		e.progress("lateness %s: first tick %s after start", lr.name, time.Since(started).Round(time.Millisecond))
+	}
+	stopProfile, err := e.startCPUProfile("lateness-" + lr.reconciler)
+	if err != nil {
+		return res, err
+	}
+	defer stopProfile()
 	e.progress("lateness %s: %d rows/s for %s", lr.name, e.cfg.LatenessRate, e.cfg.LatenessFor)
 	perFeed := max(1, e.cfg.LatenessRate*int(feedEvery/time.Millisecond)/1000)
 	tick := time.NewTicker(feedEvery)

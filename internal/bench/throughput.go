@@ -170,18 +170,11 @@ func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining
 		defer cancel()
 		_ = f.Stop(stopCtx)
 	}()
-	if e.cfg.CPUProfile != "" {
-		name := fmt.Sprintf("%s-%s-%s.pprof", e.cfg.CPUProfile, reconciler, cmp.Or(e.commit, "default"))
-		pf, err := os.Create(name)
-		if err != nil {
-			return 0, "", fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pf.Close()
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return 0, "", fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := e.startCPUProfile(reconciler + "-" + cmp.Or(e.commit, "default"))
+	if err != nil {
+		return 0, "", err
 	}
+	defer stopProfile()
 	counters := f.Workers.Stats().For(reconciler)
 	deadline := time.Now().Add(15 * time.Minute)
 	var end time.Time
@@ -319,4 +312,22 @@ func (e *env) runPerRow(ctx context.Context, sc scenario, workers, due int, rema
 		}
 	}
 	return float64(due) / time.Since(start).Seconds(), nil
+}
+
+// startCPUProfile starts a Go CPU profile of this process into
+// <CPUProfile>-<name>.pprof when profiling is asked for; the returned
+// function stops it.
+func (e *env) startCPUProfile(name string) (stop func(), err error) {
+	if e.cfg.CPUProfile == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(e.cfg.CPUProfile + "-" + name + ".pprof")
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); pf.Close() }, nil
 }
