@@ -90,9 +90,16 @@ const (
 	RowMaxAttempts  = 5
 )
 
+// ScanPriority is the River priority of partition scans. Ticks keep River's
+// default (1), so River fetches a tick before the scans still queued from
+// the previous one: a late tick delays every row it would find, a late scan
+// only its partition's.
+const ScanPriority = 2
+
 func scanOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueueControl,
+		Priority:    ScanPriority,
 		MaxAttempts: ScanMaxAttempts,
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UnfinishedStates},
 	}

@@ -66,18 +66,18 @@ func TestCountDueAndTopPartitions(t *testing.T) {
 	}
 }
 
-// TestDuePartitionsEarliestFirst checks the order ticks fan out in and the
-// horizon they pass: partitions come out by their earliest row due before
-// the horizon (ties by partition), whatever their number, and a row due
-// after the horizon neither adds a partition nor moves one.
-func TestDuePartitionsEarliestFirst(t *testing.T) {
+// TestDuePartitionsHorizon checks the horizon ticks pass (now plus the
+// lookahead): a partition whose earliest row falls due before it is found,
+// one whose rows all fall due after it is not, and partitions come out in
+// partition order, the order their scans are enqueued in.
+func TestDuePartitionsHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	const now = int64(7_000_000)
-	// Earliest due row per partition: 40 at now-300, 7 at now-200 (and a
-	// later one), 3 and 12 tied at now-100; 20 only at now+200 (inside a
-	// 500 ms lookahead); 30 only at now+900 (outside it).
+	// Partitions 40, 7 (two rows), 3 and 12 hold rows already due; 20 only
+	// a row due at now+200 (inside a 500 ms lookahead); 30 only one due at
+	// now+900 (outside it).
 	rows := []struct {
 		p  int16
 		at int64
@@ -100,9 +100,9 @@ func TestDuePartitionsEarliestFirst(t *testing.T) {
 		filter  store.Filter
 		want    []int16
 	}{
-		{"Now", now, store.Filter{}, []int16{40, 7, 3, 12}},
-		{"Lookahead", now + 500, store.Filter{}, []int16{40, 7, 3, 12, 20}},
-		{"Filtered", now + 500, store.Filter{Namespace: "a"}, []int16{40, 7, 3, 12, 20}},
+		{"Now", now, store.Filter{}, []int16{3, 7, 12, 40}},
+		{"Lookahead", now + 500, store.Filter{}, []int16{3, 7, 12, 20, 40}},
+		{"Filtered", now + 500, store.Filter{Namespace: "a"}, []int16{3, 7, 12, 20, 40}},
 		{"NothingOutsideFilter", now + 500, store.Filter{Namespace: "other"}, []int16{}},
 	}
 	for name, fn := range due {

@@ -22,15 +22,14 @@ const promotableSQL = `e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $2
 // DuePromotionPartitions returns the partitions (0..partitionCount-1)
 // holding at least one delayed execution (runnable +
 // not_eligible_until_time) whose delay-until is at or before horizonMs and
-// which passes f, earliest delay-until first (see duePartitionsSQL). A tick
-// passes now plus its lookahead. One probe of ff_exec_core (partition_key,
-// deadline_at_ms) per partition; see promotableSQL for what a probe reads.
+// which passes f; a tick passes now plus its lookahead. One probe of
+// ff_exec_core (partition_key, deadline_at_ms) per partition; see
+// promotableSQL for what a probe reads.
 func DuePromotionPartitions(ctx context.Context, db DB, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
 	args := []any{partitionCount, horizonMs}
 	cond, args := f.sql(args)
-	probe := `SELECT e.deadline_at_ms AS at FROM ff_exec_core e WHERE e.partition_key = s.p AND ` + promotableSQL + cond + `
-	 ORDER BY e.deadline_at_ms`
-	parts, err := collectPartitions(db.Query(ctx, duePartitionsSQL(probe), args...))
+	probe := `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND ` + promotableSQL + cond
+	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with due delayed executions: %w", err)
 	}

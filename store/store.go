@@ -81,17 +81,6 @@ type After struct {
 	N    int32
 }
 
-// duePartitionsSQL is partitionsSQL for a probe that selects the deadline of
-// the partition's earliest due row as column at (ordered by it, so the
-// probe still reads one index entry): partitions come out earliest deadline
-// first. A tick fans its scans out in that order and River runs them in
-// insertion order, so when a burst of scans queues, the oldest rows are
-// enqueued first, which bounds the worst lateness rather than leaving it to
-// the partition number.
-func duePartitionsSQL(probe string) string {
-	return partitionsSQL(probe) + ` ORDER BY due.at, s.p`
-}
-
 // partitionsSQL turns a per-partition probe (which refers to the partition
 // as s.p) into the single query a tick runs. LATERAL … LIMIT 1 makes the plan
 // a nested loop: for each partition the probe runs with its key bound, prunes
