@@ -87,8 +87,8 @@ type Config struct {
 	// TickLookahead makes the lease-expiry, suspension-timeout and
 	// delayed-promotion ticks also fan out partitions whose earliest row
 	// falls due within this much of now (0: only partitions already due).
-	// A tick's scans run one after another in a burst, earliest deadline
-	// first; a partition scanned late in the burst then also takes the rows
+	// A tick's scans run one after another in a burst, in partition order;
+	// a partition scanned late in the burst then also takes the rows
 	// that fell due since the tick, which would otherwise wait for the next
 	// tick. A scan that finds nothing due costs one index probe.
 	TickLookahead time.Duration
@@ -274,7 +274,6 @@ func newDeps(cfg Config) *deps {
 
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }
 
-// tickDB is the pool for the ticks' queries.
 // horizonMs is the deadline bound of a tick's due-partition query: now plus
 // the lookahead, so a partition whose rows fall due while the tick's scans
 // drain is scanned in this tick instead of waiting a whole interval for the
@@ -283,6 +282,7 @@ func (d *deps) horizonMs() int64 {
 	return store.NowMs() + d.cfg.TickLookahead.Milliseconds()
 }
 
+// tickDB is the pool for the ticks' queries.
 func (d *deps) tickDB() store.DB {
 	if d.cfg.TickPool != nil {
 		return d.cfg.TickPool

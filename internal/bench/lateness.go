@@ -123,7 +123,7 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 	// The stream starts once the fleet is up: a leader elected and the
 	// reconciler's first tick run (its first plan alone takes ~0.5 s).
 	// Rows due before that would measure start-up, not steady state.
-	if _, sweeps := cfg.Reconcilers[lr.reconciler]; sweeps || cfg.Reconcilers == nil {
+	if _, sweeps := f.Config.Reconcilers[lr.reconciler]; sweeps {
 		started := time.Now()
 		ticks := &f.Workers.Stats().For(lr.reconciler).Ticks
 		for ticks.Load() == 0 {
