@@ -40,7 +40,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
 	f.Duration(&cfg.Fleet.TickLookahead, "tick-lookahead", "FF_TICK_LOOKAHEAD", fleet.DefaultTickLookahead, "ours: deadline sweeps also scan partitions whose rows fall due within this much of the tick (negative: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
-	f.Int(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", workers.DefaultRowStatements, "ours: most row-action statements of one reconciler in flight")
+	f.IntAuto(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 under synchronous_commit off", "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
 	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs (for tuning)")
 	var commits []string

@@ -56,6 +56,13 @@ func (f *flagSet) Int(p *int, name, env string, def int, help string) {
 	f.add(name, env, strconv.Itoa(def), help, false, (*intValue)(p))
 }
 
+// IntAuto defines an int flag whose zero value lets the program choose;
+// defText says what it chooses.
+func (f *flagSet) IntAuto(p *int, name, env, defText, help string) {
+	*p = 0
+	f.add(name, env, defText, help, false, (*intValue)(p))
+}
+
 // Bool defines a bool flag.
 func (f *flagSet) Bool(p *bool, name, env string, def bool, help string) {
 	*p = def

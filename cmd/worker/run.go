@@ -66,7 +66,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Int(&fc.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "row jobs River runs at once by this process (most wait for their row's statement)")
 	f.Int(&fc.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "connections for row statements, scans and ticks")
 	f.Int(&fc.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "most row actions of one partition sharing one statement (1: one statement per row)")
-	f.Int(&fc.RowStatements, "row-statements", "FF_ROW_STATEMENTS", workers.DefaultRowStatements, "most row-action statements of one reconciler in flight at once")
+	f.IntAuto(&fc.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 with --synchronous-commit off", "most row-action statements of one reconciler in flight at once")
 	f.String(&fc.SynchronousCommit, "synchronous-commit", "FF_SYNCHRONOUS_COMMIT", "on", "synchronous_commit of the reconcilers' own transactions (on, off, …); off trades crash durability for throughput (see docs/design.md)")
 	f.String(&fc.RiverSynchronousCommit, "river-synchronous-commit", "FF_RIVER_SYNCHRONOUS_COMMIT", "off", "synchronous_commit of River's own bookkeeping (job fetch, completion, leadership): a state lost in a crash only re-runs a job")
 	f.Duration(&fc.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "least time between two fetches of row jobs")

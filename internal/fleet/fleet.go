@@ -56,7 +56,13 @@ type Config struct {
 	// statement (default workers.DefaultRowBatch; 1 turns sharing off).
 	RowBatch int
 	// RowStatements is the most row-action statements of one reconciler in
-	// flight (default workers.DefaultRowStatements).
+	// flight. The default depends on SynchronousCommit: 2
+	// (workers.DefaultRowStatements) when commits wait for the WAL flush, so
+	// one statement runs while the other's commit waits; 1 when they do
+	// not, since a second statement then only splits the rows queued
+	// meanwhile into two smaller batches, each planned and committed
+	// (under off, 1 cost 5-20 % less CPU per row than 2 for each
+	// reconciler; docs/performance.md).
 	RowStatements int
 	// TickLookahead: the deadline sweeps' ticks also fan out partitions whose
 	// earliest row falls due within this much of now (default 500 ms, about
@@ -162,6 +168,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.SynchronousCommit == "" {
 		c.SynchronousCommit = "on"
+	}
+	if c.RowStatements == 0 {
+		c.RowStatements = workers.DefaultRowStatements
+		if c.SynchronousCommit == "off" {
+			c.RowStatements = 1
+		}
 	}
 	if c.RiverSynchronousCommit == "" {
 		c.RiverSynchronousCommit = "off"
