@@ -32,3 +32,12 @@ func PartitionsWithQueuedJobs(ctx context.Context, db DB, riverSchema, queue, ki
 	}
 	return out, nil
 }
+
+// Notify sends one notification on channel with payload (pg_notify), in its
+// own transaction: listeners receive it at once.
+func Notify(ctx context.Context, db DB, channel, payload string) error {
+	if _, err := db.Exec(ctx, `SELECT pg_notify($1, $2)`, channel, payload); err != nil {
+		return fmt.Errorf("notify %s: %w", channel, err)
+	}
+	return nil
+}
