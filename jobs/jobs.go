@@ -158,8 +158,10 @@ type LeaseReleaseArgs struct {
 	Partition    int16  `json:"partition" river:"unique"`
 	ExecutionID  string `json:"execution_id" river:"unique"`
 	AttemptIndex int32  `json:"attempt_index" river:"unique"`
-	// DeadlineMs is the lease expiry the scan saw, for the lateness metric;
-	// not part of the unique key.
+	// DeadlineMs is the lease expiry the scan saw (Unix ms; 0: unknown),
+	// not part of the unique key: a job started up to 5 s before it snoozes
+	// until just after it, and it feeds the lateness metric. The action
+	// re-checks the lease itself either way.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 
@@ -193,8 +195,10 @@ func (SuspensionTimeoutScanArgs) InsertOpts() river.InsertOpts { return scanOpts
 type SuspensionExpireArgs struct {
 	Partition   int16  `json:"partition" river:"unique"`
 	ExecutionID string `json:"execution_id" river:"unique"`
-	// DeadlineMs is the timeout the scan saw, for the lateness metric; not
-	// part of the unique key.
+	// DeadlineMs is the timeout the scan saw (Unix ms; 0: unknown), not part
+	// of the unique key: a job started up to 5 s before it snoozes until
+	// just after it, and it feeds the lateness metric. The action re-checks
+	// the suspension itself either way.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

@@ -33,7 +33,7 @@ func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) ti
 }
 
 func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	parts, err := store.DueLeasePartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := w.d.duePartitions(ctx, LeaseExpiry, store.DueLeasePartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err
@@ -44,8 +44,9 @@ func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.Leas
 }
 
 var leaseScan = &scanSpec[store.ExpiredLease]{
-	name: LeaseExpiry,
-	scan: store.ScanExpiredLeases,
+	name:       LeaseExpiry,
+	scan:       store.ScanExpiredLeases,
+	deadlineMs: func(l store.ExpiredLease) int64 { return l.ExpiresAtMs },
 	key: func(l store.ExpiredLease) string {
 		return l.ExecutionID + "/" + strconv.Itoa(int(l.AttemptIndex))
 	},
@@ -88,6 +89,9 @@ func (w *leaseReleaseWorker) Timeout(*river.Job[jobs.LeaseReleaseArgs]) time.Dur
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
 	c := w.d.cfg.Stats.For(LeaseExpiry)
+	if err := w.d.beforeDeadline(LeaseExpiry, a.DeadlineMs); err != nil {
+		return err
+	}
 	res, err := w.d.releases.Do(ctx, a.Partition, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex})
 	if err != nil {
 		c.Errors.Add(1)

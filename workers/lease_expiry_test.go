@@ -40,33 +40,6 @@ func TestLeaseExpiryBacklogLargerThanBatchDrains(t *testing.T) {
 	}
 }
 
-// TestLeaseExpiryLookaheadScansButNeverActsEarly: a tick fans out a
-// partition whose lease expires within the lookahead, but the scan, run
-// before the expiry, leaves the lease alone.
-func TestLeaseExpiryLookaheadScansButNeverActsEarly(t *testing.T) {
-	t.Parallel()
-	db := testdb.New(t)
-	now := store.NowMs()
-	due := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 5})
-	fftest.InsertAttempt(t, db.Pool, 5, due, 0, fftest.Ms(now-1000))
-	soon := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 9})
-	fftest.InsertAttempt(t, db.Pool, 9, soon, 0, fftest.Ms(now+40_000))
-	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers:   map[string]time.Duration{jobs.ReconcilerLeaseExpiry: time.Minute}, // one tick (RunOnStart)
-		TickLookahead: time.Minute,
-	})
-	c := f.Workers.Stats().For(jobs.ReconcilerLeaseExpiry)
-	fleettest.WaitFor(t, 30*time.Second, "the due lease released and both partitions scanned", func() (bool, string) {
-		return c.Applied.Load() == 1 && c.Scans.Load() == 2, fleettest.Statusf("%+v", c.Snapshot())
-	})
-	if st := c.Snapshot(); st.PartitionsDue != 2 || st.Enqueued != 1 {
-		t.Fatalf("stats %+v; want 2 partitions fanned out and 1 row job", st)
-	}
-	if a := fftest.ReadAttempt(t, db.Pool, 9, soon, 0); a.LeaseExpiresAtMs == nil {
-		t.Fatal("the lease expiring in 40 s was released by the lookahead scan")
-	}
-}
-
 // TestLeaseExpiryTwoClientsExactlyOnce runs two fleet processes on one
 // database: every expired lease is released exactly once, proven by counting
 // lease events per attempt (a second application would write a second one).

@@ -50,7 +50,7 @@ func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTic
 }
 
 func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	parts, err := store.DuePromotionPartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := w.d.duePartitions(ctx, DelayedPromotion, store.DuePromotionPartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err
@@ -64,9 +64,10 @@ func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs
 // partition + execution_id form and without "at", so a sweep and an ad-hoc
 // promotion of that form for the same execution share one unique key.
 var promotionScan = &scanSpec[store.DuePromotion]{
-	name: DelayedPromotion,
-	scan: store.ScanDuePromotions,
-	key:  func(p store.DuePromotion) string { return p.ExecutionID },
+	name:       DelayedPromotion,
+	scan:       store.ScanDuePromotions,
+	deadlineMs: func(p store.DuePromotion) int64 { return p.DeadlineAtMs },
+	key:        func(p store.DuePromotion) string { return p.ExecutionID },
 	rowJob: func(partition int16, p store.DuePromotion) river.JobArgs {
 		return jobs.PromoteArgs{Partition: &partition, ExecutionID: p.ExecutionID}
 	},
@@ -117,7 +118,7 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 	if at := job.Args.At; at != nil {
 		if wait := time.Until(*at); wait > 0 {
 			log.Debug("promotion scheduled later; snoozing until its at", "at", *at, "snooze", snoozeFor(wait))
-			return river.JobSnooze(snoozeFor(wait))
+			return w.d.snooze(DelayedPromotion, snoozeFor(wait))
 		}
 	}
 	res, err := w.d.promotions.Do(ctx, target.Partition, target.UUID)
@@ -144,7 +145,7 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 				"deadline_at_ms", *res.DeadlineAtMs, "snooze", snoozeFor(wait), "snoozes", snoozes)
 			jobLog(ctx).Info("execution not due yet; snoozing until its delay-until", "execution", target.String(),
 				"delay_until_ms", *res.DeadlineAtMs)
-			return river.JobSnooze(snoozeFor(wait))
+			return w.d.snooze(DelayedPromotion, snoozeFor(wait))
 		}
 	}
 	log.Debug("nothing to promote", "outcome", string(res.Outcome), "lifecycle_phase", res.LifecyclePhase,

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
@@ -16,8 +17,13 @@ import (
 // due rows and how to turn each into a row job.
 type scanSpec[Row any] struct {
 	name string
-	// scan reads up to limit due rows of a partition in a total order.
-	scan func(ctx context.Context, db store.DB, partition int16, nowMs int64, after *store.After, limit int, f store.Filter) ([]Row, error)
+	// scan reads up to limit rows of a partition due by boundMs, in a total
+	// order.
+	scan func(ctx context.Context, db store.DB, partition int16, boundMs int64, after *store.After, limit int, f store.Filter) ([]Row, error)
+	// deadlineMs is a row's deadline, for reconcilers whose rows fall due
+	// at a time (nil for the cancel reconcilers): their scans look ahead
+	// (Config.Lookahead) and schedule rows not yet due for their deadline.
+	deadlineMs func(Row) int64
 	// key is the row job's unique key within its kind.
 	key func(Row) string
 	// rowJob builds the row job's args.
@@ -35,9 +41,10 @@ func toStoreAfter(c *jobs.ScanCursor) *store.After {
 	return &store.After{AtMs: c.AtMs, ID: c.ID, ID2: c.ID2, N: c.N}
 }
 
-// runScan enqueues one row job per due row of a partition, in one
-// transaction with, when the batch came back full, the scan's own completion
-// and its continuation (after the batch's last row). Completing the running
+// runScan enqueues one row job per due row of a partition (and, for a
+// reconciler with a lookahead, per row falling due within it, scheduled for
+// its deadline), in one transaction with, when the batch came back full, the
+// scan's own completion and its continuation (after the batch's last row). Completing the running
 // scan first frees its unique slot, so the continuation is not skipped as a
 // duplicate of itself.
 //
@@ -49,7 +56,12 @@ func toStoreAfter(c *jobs.ScanCursor) *store.After {
 func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanSpec[Row], job *river.Job[S], partition int16, after *jobs.ScanCursor) error {
 	c := d.cfg.Stats.For(spec.name)
 	limit := d.cfg.BatchSize
-	rows, err := spec.scan(ctx, d.cfg.Pool, partition, store.NowMs(), toStoreAfter(after), limit, d.cfg.Filter)
+	nowMs := store.NowMs()
+	boundMs := nowMs
+	if spec.deadlineMs != nil {
+		boundMs += d.lookahead(spec.name).Milliseconds()
+	}
+	rows, err := spec.scan(ctx, d.cfg.Pool, partition, boundMs, toStoreAfter(after), limit, d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
@@ -65,13 +77,31 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	// rule out) are dropped here first.
 	seen := make(map[string]struct{}, len(rows))
 	params := make([]river.InsertManyParams, 0, len(rows))
+	// startAt[i] is when params[i] starts, for a row not yet due (else zero).
+	startAt := make([]time.Time, 0, len(rows))
 	for _, r := range rows {
 		k := spec.key(r)
 		if _, dup := seen[k]; dup {
 			continue
 		}
 		seen[k] = struct{}{}
-		params = append(params, river.InsertManyParams{Args: spec.rowJob(partition, r)})
+		p := river.InsertManyParams{Args: spec.rowJob(partition, r)}
+		var at time.Time
+		// A row not yet due is scheduled one millisecond after its
+		// deadline, the first instant every action's re-check (deadline <
+		// now, or <= for promotions) holds; availableAhead inserts it
+		// available. A row already due keeps River's default, now: River
+		// fetches by scheduled_at, then id, so the jobs of one scan stay
+		// together and share statements (scheduled at their deadlines, a
+		// backlog's jobs would interleave across partitions).
+		if spec.deadlineMs != nil {
+			if startMs := spec.deadlineMs(r) + 1; startMs > nowMs {
+				at = time.UnixMilli(startMs)
+				p.InsertOpts = &river.InsertOpts{ScheduledAt: at}
+			}
+		}
+		startAt = append(startAt, at)
+		params = append(params, p)
 	}
 
 	client := river.ClientFromContext[pgx.Tx](ctx)
@@ -96,10 +126,13 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		c.Errors.Add(1)
 		return fmt.Errorf("%s scan of partition %d: enqueue %d row jobs: %w", spec.name, partition, len(params), err)
 	}
-	inserted := 0
-	for _, r := range res {
+	inserted, ahead := 0, 0
+	for i, r := range res {
 		if !r.UniqueSkippedAsDuplicate {
 			inserted++
+			if !startAt[i].IsZero() {
+				ahead++
+			}
 		}
 	}
 
@@ -120,12 +153,21 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		c.Errors.Add(1)
 		return fmt.Errorf("%s scan of partition %d: commit: %w", spec.name, partition, err)
 	}
+	// Only now can a fetch see the jobs enqueued ahead. A wake-up is asked
+	// for duplicates too: their job, maybe enqueued by another process, is
+	// due at the same time, and wake-ups of one granule are sent once.
+	for _, at := range startAt {
+		if !at.IsZero() {
+			d.wake(at)
+		}
+	}
 	c.Enqueued.Add(int64(inserted))
+	c.EnqueuedAhead.Add(int64(ahead))
 	c.AlreadyQueued.Add(int64(len(params) - inserted))
 	if continued {
 		c.Continuations.Add(1)
 	}
 	d.log().Debug("partition scanned", "reconciler", spec.name, "partition", partition,
-		"due_rows", len(rows), "enqueued", inserted, "already_queued", len(params)-inserted, "continued", continued)
+		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted, "continued", continued)
 	return nil
 }

@@ -19,7 +19,7 @@ const (
 // Counters are what one reconciler did in this process since it started.
 type Counters struct {
 	Ticks         atomic.Int64 // ticks run
-	PartitionsDue atomic.Int64 // partitions found holding rows due (within the tick lookahead), summed over ticks
+	PartitionsDue atomic.Int64 // partitions found holding rows due (or due within the lookahead), summed over ticks
 	// PartitionsBusy are due partitions a tick skipped because row jobs of
 	// theirs were still queued.
 	PartitionsBusy atomic.Int64
@@ -27,11 +27,17 @@ type Counters struct {
 	Continuations  atomic.Int64 // scans that enqueued their own continuation
 	Examined       atomic.Int64 // due rows read by scans
 	Enqueued       atomic.Int64 // row jobs inserted
-	AlreadyQueued  atomic.Int64 // row jobs skipped: an unfinished job for the row exists
-	Applied        atomic.Int64 // row actions that changed the row
-	NoOps          atomic.Int64 // row actions whose row no longer qualified
-	Skipped        atomic.Int64 // rows skipped as malformed (with a warning)
-	Errors         atomic.Int64 // ticks, scans or row actions that returned an error
+	// EnqueuedAhead are the row jobs among Enqueued inserted before their
+	// row's deadline, to start at it.
+	EnqueuedAhead atomic.Int64
+	AlreadyQueued atomic.Int64 // row jobs skipped: an unfinished job for the row exists
+	Applied       atomic.Int64 // row actions that changed the row
+	NoOps         atomic.Int64 // row actions whose row no longer qualified
+	Skipped       atomic.Int64 // rows skipped as malformed (with a warning)
+	// Snoozes are row jobs that started before their row was due and
+	// snoozed until it (clock skew, an ad-hoc promotion's "at").
+	Snoozes atomic.Int64
+	Errors  atomic.Int64 // ticks, scans or row actions that returned an error
 }
 
 // Snapshot is a copy of Counters for reporting.
@@ -43,10 +49,12 @@ type Snapshot struct {
 	Continuations  int64 `json:"continuations"`
 	Examined       int64 `json:"examined"`
 	Enqueued       int64 `json:"enqueued"`
+	EnqueuedAhead  int64 `json:"enqueued_ahead"`
 	AlreadyQueued  int64 `json:"already_queued"`
 	Applied        int64 `json:"applied"`
 	NoOps          int64 `json:"noops"`
 	Skipped        int64 `json:"skipped"`
+	Snoozes        int64 `json:"snoozes"`
 	Errors         int64 `json:"errors"`
 }
 
@@ -54,9 +62,9 @@ type Snapshot struct {
 func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{
 		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), Scans: c.Scans.Load(),
-		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(),
+		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(), EnqueuedAhead: c.EnqueuedAhead.Load(),
 		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
-		Skipped: c.Skipped.Load(), Errors: c.Errors.Load(),
+		Skipped: c.Skipped.Load(), Snoozes: c.Snoozes.Load(), Errors: c.Errors.Load(),
 	}
 }
 

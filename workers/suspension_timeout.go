@@ -32,7 +32,7 @@ func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutT
 }
 
 func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	parts, err := store.DueSuspensionPartitions(ctx, w.d.tickDB(), w.d.horizonMs(), w.d.cfg.PartitionCount, w.d.cfg.Filter)
+	parts, err := w.d.duePartitions(ctx, SuspensionTimeout, store.DueSuspensionPartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err
@@ -43,9 +43,10 @@ func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[job
 }
 
 var suspensionScan = &scanSpec[store.ExpiredSuspension]{
-	name: SuspensionTimeout,
-	scan: store.ScanExpiredSuspensions,
-	key:  func(s store.ExpiredSuspension) string { return s.ExecutionID },
+	name:       SuspensionTimeout,
+	scan:       store.ScanExpiredSuspensions,
+	deadlineMs: func(s store.ExpiredSuspension) int64 { return s.TimeoutAtMs },
+	key:        func(s store.ExpiredSuspension) string { return s.ExecutionID },
 	rowJob: func(p int16, s store.ExpiredSuspension) river.JobArgs {
 		return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: s.ExecutionID, DeadlineMs: s.TimeoutAtMs}
 	},
@@ -85,6 +86,9 @@ func (w *suspensionExpireWorker) Timeout(*river.Job[jobs.SuspensionExpireArgs]) 
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
 	c := w.d.cfg.Stats.For(SuspensionTimeout)
+	if err := w.d.beforeDeadline(SuspensionTimeout, a.DeadlineMs); err != nil {
+		return err
+	}
 	res, err := w.d.suspensions.Do(ctx, a.Partition, a.ExecutionID)
 	if err != nil {
 		c.Errors.Add(1)

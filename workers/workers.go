@@ -84,14 +84,24 @@ type Config struct {
 	// statement is in flight the rows asked for meanwhile queue and go
 	// together in the next one. See internal/coalesce.
 	RowBatch int
-	// TickLookahead makes the lease-expiry, suspension-timeout and
-	// delayed-promotion ticks also fan out partitions whose earliest row
-	// falls due within this much of now (0: only partitions already due).
-	// A tick's scans run one after another in a burst, in partition order;
-	// a partition scanned late in the burst then also takes the rows
-	// that fell due since the tick, which would otherwise wait for the next
-	// tick. A scan that finds nothing due costs one index probe.
-	TickLookahead time.Duration
+	// Lookahead is, per deadline reconciler (lease expiry, suspension
+	// timeout, delayed promotion), how far ahead of their deadline its ticks
+	// and scans take rows; absent or 0: only rows already due. A row falling
+	// due within it gets its row job at once, scheduled one millisecond
+	// after its deadline (the first instant its action's re-check holds), so
+	// it starts at the deadline instead of after the next tick and its
+	// burst of partition scans. Give it at least the reconciler's tick
+	// interval, so rows are found by the tick before the one after their
+	// deadline, and at most jobs.RiverSchedulerInterval: a row job enqueued
+	// ahead that finds its row changed (a lease renewed meanwhile) does
+	// nothing, and the wider the window the more of those.
+	Lookahead map[string]time.Duration
+	// Wake, when set, is called with the time a row job enqueued ahead, or
+	// snoozed, falls due, once its insert is committed (for a snooze: late
+	// enough for River's completer to have stored it). River fetches such a
+	// job at its next poll unless something wakes its producers;
+	// internal/fetchwake does.
+	Wake func(time.Time)
 	// RowStatements is the most row-action statements of one reconciler in
 	// flight at once (default 2): with a statement running while the next
 	// one fills, a 2-core server stays busy, and rows queue and batch under
@@ -201,8 +211,27 @@ func (s *Set) Stats() *Stats { return s.d.cfg.Stats }
 // by other clients (a non-Go River client, raw SQL). An invalid job is
 // cancelled with its reason, visible in River UI, instead of being retried:
 // it would fail the same way every time.
+//
+// Row jobs scheduled within River's scheduler interval are inserted
+// available instead of scheduled (see availableAhead).
 func (s *Set) Hooks() []rivertype.Hook {
-	return []rivertype.Hook{jobs.ValidateOnInsert, river.HookWorkBeginFunc(s.validateOnWork)}
+	return []rivertype.Hook{jobs.ValidateOnInsert, river.HookInsertBeginFunc(availableAhead), river.HookWorkBeginFunc(s.validateOnWork)}
+}
+
+// availableAhead inserts a row job scheduled at most
+// jobs.RiverSchedulerInterval from now as available, keeping its
+// scheduled_at, instead of scheduled. River's fetch takes an available job
+// only once its scheduled_at has passed, and River itself leaves jobs in
+// that state: its scheduler makes scheduled jobs available up to one
+// interval before their time, and a snooze that short stays available. Inserted as scheduled, a
+// job due in a second would wait for the leader's scheduler, which runs
+// every 5 s, and start up to 5 s late.
+func availableAhead(_ context.Context, params *rivertype.JobInsertParams) error {
+	if params.Queue == jobs.QueueRows && params.State == rivertype.JobStateScheduled && params.ScheduledAt != nil &&
+		time.Until(*params.ScheduledAt) <= jobs.RiverSchedulerInterval {
+		params.State = rivertype.JobStateAvailable
+	}
+	return nil
 }
 
 // Middleware returns the workers' River middleware, for
@@ -274,12 +303,86 @@ func newDeps(cfg Config) *deps {
 
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }
 
-// horizonMs is the deadline bound of a tick's due-partition query: now plus
-// the lookahead, so a partition whose rows fall due while the tick's scans
-// drain is scanned in this tick instead of waiting a whole interval for the
-// next one. A scan still only takes rows already due when it runs.
-func (d *deps) horizonMs() int64 {
-	return store.NowMs() + d.cfg.TickLookahead.Milliseconds()
+// lookahead is how far ahead of their deadline reconciler name takes rows.
+func (d *deps) lookahead(name string) time.Duration {
+	return max(0, d.cfg.Lookahead[name])
+}
+
+// duePartitions returns the partitions of reconciler name holding rows due
+// by its horizon (now plus its lookahead), those with rows already due first.
+// A tick's scans start in the order it inserts them, over the burst that
+// follows it (~0.6 s at 500 due rows/s on 2 cores); rows already due are
+// late, while rows falling due later in the window mostly still start on
+// time from a scan late in the burst. The second query (a cached generic
+// plan, ~3 ms) runs only when the window holds anything, so an idle fleet
+// pays nothing for it.
+func (d *deps) duePartitions(ctx context.Context, name string,
+	query func(ctx context.Context, db store.DB, boundMs int64, partitionCount int, f store.Filter) ([]int16, error),
+) ([]int16, error) {
+	nowMs := store.NowMs()
+	ahead := d.lookahead(name).Milliseconds()
+	parts, err := query(ctx, d.tickDB(), nowMs+ahead, d.cfg.PartitionCount, d.cfg.Filter)
+	if err != nil || ahead == 0 || len(parts) == 0 {
+		return parts, err
+	}
+	due, err := query(ctx, d.tickDB(), nowMs, d.cfg.PartitionCount, d.cfg.Filter)
+	if err != nil {
+		return nil, err
+	}
+	isDue := make(map[int16]bool, len(due))
+	for _, p := range due {
+		isDue[p] = true
+	}
+	ordered := append(make([]int16, 0, len(parts)), due...)
+	for _, p := range parts {
+		if !isDue[p] {
+			ordered = append(ordered, p)
+		}
+	}
+	return ordered, nil
+}
+
+// snoozeWakeFloor: River's batch completer stores a snooze within about two
+// of its 50 ms ticks; a wake-up sent before that would find the job still
+// running and be lost.
+const snoozeWakeFloor = 100 * time.Millisecond
+
+// wake asks for River's producers to be woken at t (see Config.Wake).
+func (d *deps) wake(t time.Time) {
+	if d.cfg.Wake != nil {
+		d.cfg.Wake(t)
+	}
+}
+
+// snooze returns the error that snoozes a row job for wait and asks for the
+// wake-up that starts it again then. River leaves a snooze of at most its
+// scheduler interval available (with a future scheduled_at) for the next
+// fetch after it; a longer one waits as scheduled.
+func (d *deps) snooze(reconciler string, wait time.Duration) error {
+	d.cfg.Stats.For(reconciler).Snoozes.Add(1)
+	if wait <= jobs.RiverSchedulerInterval {
+		d.wake(time.Now().Add(max(wait, snoozeWakeFloor)))
+	}
+	return river.JobSnooze(wait)
+}
+
+// beforeDeadline snoozes a row job that starts before the deadline it was
+// enqueued for (deadlineMs, from its args; 0: none) until just after it. A
+// job enqueued ahead is scheduled for its deadline by the database's clock,
+// while its action re-checks the row by this process's clock; without this a
+// job started a little early by clock skew would find its row not yet due,
+// do nothing and leave the row to a later tick. Waits longer than River's
+// scheduler interval are not snoozed: such a job was not enqueued ahead by
+// this fleet, and its action's re-check decides.
+func (d *deps) beforeDeadline(reconciler string, deadlineMs int64) error {
+	if deadlineMs <= 0 {
+		return nil
+	}
+	wait := time.Until(time.UnixMilli(deadlineMs + 1))
+	if wait <= 0 || wait > jobs.RiverSchedulerInterval {
+		return nil
+	}
+	return d.snooze(reconciler, wait)
 }
 
 // tickDB is the pool for the ticks' queries.

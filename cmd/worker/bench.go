@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/bench"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
@@ -32,13 +33,15 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
 	f.Int(&cfg.LatenessRate, "lateness-rate", "FF_BENCH_LATENESS_RATE", cfg.LatenessRate, "rows becoming due per second in lateness runs")
 	f.Duration(&cfg.LatenessFor, "lateness-for", "FF_BENCH_LATENESS_FOR", cfg.LatenessFor, "length of each lateness run")
+	var leads []string
+	f.Strings(&leads, "lateness-lead", "FF_BENCH_LATENESS_LEAD", "how long before its deadline each lateness row is inserted; each sweep stream runs once per lead (repeatable; default 1s and 10s)")
 	f.Duration(&cfg.IdleFor, "idle-for", "FF_BENCH_IDLE_FOR", cfg.IdleFor, "idle-cost measuring window")
 	f.Int(&cfg.ScaleLarge, "scale-large", "FF_BENCH_SCALE_LARGE", cfg.ScaleLarge, "not-due rows in the large scale run")
 	f.Int(&cfg.Backlog, "backlog", "FF_BENCH_BACKLOG", cfg.Backlog, "rows in the backlog drain run")
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
-	f.Duration(&cfg.Fleet.TickLookahead, "tick-lookahead", "FF_TICK_LOOKAHEAD", fleet.DefaultTickLookahead, "ours: deadline sweeps also scan partitions whose rows fall due within this much of the tick (negative: off)")
+	f.Duration(&cfg.Fleet.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "ours: deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
 	f.IntAuto(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 under synchronous_commit off", "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
@@ -74,6 +77,18 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 				default:
 					return badUsage("unknown --commit %q (want on or off)", part)
 				}
+			}
+		}
+	}
+	if len(leads) > 0 {
+		cfg.LatenessLeads = nil
+		for _, l := range leads {
+			for _, part := range strings.Split(l, ",") {
+				d, err := time.ParseDuration(strings.TrimSpace(part))
+				if err != nil || d <= 0 || d > time.Minute {
+					return badUsage("bad --lateness-lead %q (want a duration above 0 and at most 1m, e.g. 1s)", part)
+				}
+				cfg.LatenessLeads = append(cfg.LatenessLeads, d)
 			}
 		}
 	}

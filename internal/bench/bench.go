@@ -39,6 +39,13 @@ type Config struct {
 
 	LatenessRate int           // due rows per second in the lateness runs
 	LatenessFor  time.Duration // duration of each lateness run
+	// LatenessLeads: how long before its deadline each row of a lateness
+	// stream is inserted; every sweep stream runs once per lead (default
+	// 1 s, a row that appears after the tick before its deadline and is
+	// found by the tick after it, and 10 s, a row that exists before the
+	// tick ahead of its deadline, as a lease renewed every few seconds or
+	// a suspension with a timeout in minutes).
+	LatenessLeads []time.Duration
 
 	IdleFor time.Duration // idle-cost measuring window
 
@@ -77,7 +84,8 @@ func Defaults() Config {
 		DBName: "ffr_bench", Due: 20_000, NotDueFactor: 10, PoolSizes: []int{8, 32},
 		CommitModes:  []string{"on", "off"},
 		LatenessRate: 500, LatenessFor: 30 * time.Second, IdleFor: 20 * time.Second,
-		ScaleSmall: 10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
+		LatenessLeads: []time.Duration{time.Second, 10 * time.Second},
+		ScaleSmall:    10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
 	}
 }
 
@@ -86,6 +94,7 @@ func Quick() Config {
 	c := Defaults()
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
+	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
 	return c
 }
@@ -187,11 +196,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if !cfg.wantsReconciler(lt.reconciler) {
 				continue
 			}
-			res, err := e.lateness(ctx, lt)
-			if err != nil {
-				return rep, fmt.Errorf("lateness %s: %w", lt.name, err)
+			leads := cfg.LatenessLeads
+			if lt.oneLead {
+				leads = leads[:1]
 			}
-			rep.Lateness = append(rep.Lateness, res)
+			for _, lead := range leads {
+				res, err := e.lateness(ctx, lt, lead)
+				if err != nil {
+					return rep, fmt.Errorf("lateness %s, lead %s: %w", lt.name, lead, err)
+				}
+				rep.Lateness = append(rep.Lateness, res)
+			}
 		}
 	}
 	if cfg.wants("idle") {

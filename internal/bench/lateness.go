@@ -26,16 +26,26 @@ type latenessRun struct {
 	latencies func(ctx context.Context, db store.DB) ([]float64, error)
 	// configure adjusts the fleet (e.g. disable a sweep).
 	configure func(*fleet.Config)
+	// oneLead: run with the first of Config.LatenessLeads only (an ad-hoc
+	// promotion is scheduled for its at, whenever it was inserted).
+	oneLead bool
 }
 
 // LatenessResult is the distribution of action − deadline.
 type LatenessResult struct {
-	Name          string
-	Interval      time.Duration
+	Name     string
+	Interval time.Duration
+	// Lead is how long before its deadline each row was inserted.
+	Lead          time.Duration
 	Rate, Rows    int
 	P50, P99, Max time.Duration
 	// Stages splits the pipeline by River's own timestamps of the run's jobs.
 	Stages []Stage
+	// Stats is what our process did (statsLine).
+	Stats string
+	// CPU is the machine's CPU per row from the stream's start until the
+	// last row was acted on (the feeder's inserts included).
+	CPU CPUCost
 }
 
 // Stage is one step between a row's deadline and its action: p50 and p99
@@ -92,13 +102,9 @@ func (e *env) stages(ctx context.Context, reconciler string) ([]Stage, error) {
 
 const feedEvery = 100 * time.Millisecond
 
-// leadTime is how far ahead of its deadline a row is inserted: rows exist
-// before they become due, as in FlowFabric, so lateness measures the
-// reconciler, not the feeder.
-const leadTime = time.Second
-
-func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, error) {
-	res := LatenessResult{Name: lr.name, Interval: periodic.DefaultIntervals[lr.reconciler], Rate: e.cfg.LatenessRate}
+// lateness runs one stream, each row inserted lead before its deadline.
+func (e *env) lateness(ctx context.Context, lr latenessRun, lead time.Duration) (LatenessResult, error) {
+	res := LatenessResult{Name: lr.name, Interval: periodic.DefaultIntervals[lr.reconciler], Lead: lead, Rate: e.cfg.LatenessRate}
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
@@ -143,8 +149,9 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 		return res, err
 	}
 	defer stopProfile()
-	e.progress("lateness %s: %d rows/s for %s", lr.name, e.cfg.LatenessRate, e.cfg.LatenessFor)
+	e.progress("lateness %s: %d rows/s for %s, each inserted %s before its deadline", lr.name, e.cfg.LatenessRate, e.cfg.LatenessFor, lead)
 	perFeed := max(1, e.cfg.LatenessRate*int(feedEvery/time.Millisecond)/1000)
+	cpu := sampleCPU()
 	tick := time.NewTicker(feedEvery)
 	defer tick.Stop()
 	stop := time.Now().Add(e.cfg.LatenessFor)
@@ -154,7 +161,7 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 			return res, ctx.Err()
 		case <-tick.C:
 		}
-		deadline := time.Now().Add(leadTime).UnixMilli()
+		deadline := time.Now().Add(lead).UnixMilli()
 		if err := lr.feed(ctx, e, perFeed, deadline); err != nil {
 			return res, fmt.Errorf("feed: %w", err)
 		}
@@ -163,6 +170,7 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 	if _, err := waitDrained(ctx, 2*time.Minute, func(ctx context.Context) (int, error) { return lr.remaining(ctx, e.pool) }); err != nil {
 		return res, err
 	}
+	res.CPU = cpu.per(res.Rows)
 	lat, err := lr.latencies(ctx, e.pool)
 	if err != nil {
 		return res, err
@@ -170,6 +178,8 @@ func (e *env) lateness(ctx context.Context, lr latenessRun) (LatenessResult, err
 	if len(lat) != res.Rows {
 		return res, fmt.Errorf("measured %d rows of %d fed", len(lat), res.Rows)
 	}
+	res.Stats = statsLine(f.Workers.Stats().For(lr.reconciler).Snapshot(), f.Waker)
+	e.progress("lateness %s: CPU per row %s; %s", lr.name, res.CPU, res.Stats)
 	sort.Float64s(lat)
 	ms := func(q float64) time.Duration {
 		return time.Duration(lat[min(len(lat)-1, int(q*float64(len(lat))))] * float64(time.Millisecond))

@@ -247,6 +247,7 @@ var promotionLateness = latenessRun{
 var adhocLateness = latenessRun{
 	name:       "ad-hoc promotion at delay-until (no sweep)",
 	reconciler: jobs.ReconcilerDelayedPromotion,
+	oneLead:    true,
 	configure: func(c *fleet.Config) {
 		c.Reconcilers = map[string]time.Duration{}
 	},

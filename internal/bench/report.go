@@ -83,28 +83,35 @@ func (r *Report) Markdown() string {
 		p("")
 		p("## Lateness")
 		p("")
-		p("A steady stream of rows becoming due (%d per second for %s, each inserted %s before its deadline); per row,",
-			r.Config.LatenessRate, r.Config.LatenessFor, leadTime)
-		p("the time from its deadline to the commit of its action. Targets: p99 ≤ tick interval + 0.5 s, max ≤ 2 × interval.")
+		p("A steady stream of rows becoming due (%d per second for %s); per row, the time from its deadline to the commit", r.Config.LatenessRate, r.Config.LatenessFor)
+		p("of its action. Lead is how long before its deadline each row was inserted: with 1 s, rows appearing after a tick")
+		p("and due before the next are found only once due; with 10 s every row exists before the tick ahead of its deadline")
+		p("(a lease renewed every few seconds, a timeout in minutes) and is enqueued to start at it. Targets: p99 ≤ tick")
+		p("interval + 0.5 s, max ≤ 2 × interval.")
 		p("")
-		p("| stream | tick interval | rows | p50 | p99 | max | p99 target | max target |")
-		p("|---|---|---|---|---|---|---|---|")
+		p("| stream | lead | tick interval | rows | p50 | p99 | max | p99 target | max target |")
+		p("|---|---|---|---|---|---|---|---|---|")
 		for _, l := range r.Lateness {
-			p("| %s | %s | %d | %s | %s | %s | %s | %s |", l.Name, l.Interval, l.Rows,
+			p("| %s | %s | %s | %d | %s | %s | %s | %s | %s |", l.Name, l.Lead, l.Interval, l.Rows,
 				l.P50.Round(time.Millisecond), l.P99.Round(time.Millisecond), l.Max.Round(time.Millisecond),
 				verdict(l.P99 <= l.Interval+500*time.Millisecond), verdict(l.Max <= 2*l.Interval))
 		}
 		p("")
-		p("Where the time goes, from River's timestamps of the same runs' jobs: queue wait is scheduled_at → attempted_at,")
-		p("run is attempted_at → finalized_at (River's batch completer finalizes row jobs a little after their commit),")
-		p("deadline → enqueued is the tick's wait plus the fan-out and the scan, fan-out → last scan started is per tick")
-		p("(jobs = ticks) how long its burst of partition scans took to start.")
+		for _, l := range r.Lateness {
+			p("- %s, lead %s, ours: CPU per row %s (feeder included); %s", l.Name, l.Lead, l.CPU, l.Stats)
+		}
 		p("")
-		p("| stream | job kind | step | jobs | p50 | p99 |")
-		p("|---|---|---|---|---|---|")
+		p("Where the time goes, from River's timestamps of the same runs' jobs: queue wait is scheduled_at → attempted_at")
+		p("(for a row job enqueued ahead, scheduled_at is its deadline + 1 ms, so this is its start's delay), run is")
+		p("attempted_at → finalized_at (River's batch completer finalizes row jobs a little after their commit), deadline →")
+		p("enqueued is the tick's wait plus the fan-out and the scan (negative: enqueued ahead), fan-out → last scan started")
+		p("is per tick (jobs = ticks) how long its burst of partition scans took to start.")
+		p("")
+		p("| stream | lead | job kind | step | jobs | p50 | p99 |")
+		p("|---|---|---|---|---|---|---|")
 		for _, l := range r.Lateness {
 			for _, st := range l.Stages {
-				p("| %s | %s | %s | %d | %s | %s |", l.Name, st.Kind, st.Step, st.Jobs, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond))
+				p("| %s | %s | %s | %s | %d | %s | %s |", l.Name, l.Lead, st.Kind, st.Step, st.Jobs, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond))
 			}
 		}
 	}

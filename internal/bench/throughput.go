@@ -12,9 +12,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/fetchwake"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // rowKey identifies a due row to the reference designs.
@@ -203,10 +205,19 @@ func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining
 		"ff."+reconciler+".tick").Scan(&first); err != nil {
 		return 0, "", fmt.Errorf("first tick: %w", err)
 	}
-	st := counters.Snapshot()
-	stats := fmt.Sprintf("ticks %d, partitions skipped as busy %d, scans %d (continued %d), enqueued %d, already queued %d, applied %d, no-ops %d, errors %d",
-		st.Ticks, st.PartitionsBusy, st.Scans, st.Continuations, st.Enqueued, st.AlreadyQueued, st.Applied, st.NoOps, st.Errors)
-	return float64(due) / end.Sub(first).Seconds(), stats, nil
+	return float64(due) / end.Sub(first).Seconds(), statsLine(counters.Snapshot(), f.Waker), nil
+}
+
+// statsLine is what our process did, for the report.
+func statsLine(st workers.Snapshot, w *fetchwake.Waker) string {
+	var wakes int64
+	if w != nil {
+		wakes = w.Sent()
+	}
+	return fmt.Sprintf("ticks %d, partitions skipped as busy %d, scans %d (continued %d), enqueued %d (ahead of the deadline %d), "+
+		"already queued %d, applied %d, no-ops %d, snoozes %d, wake-ups %d, errors %d",
+		st.Ticks, st.PartitionsBusy, st.Scans, st.Continuations, st.Enqueued, st.EnqueuedAhead, st.AlreadyQueued,
+		st.Applied, st.NoOps, st.Snoozes, wakes, st.Errors)
 }
 
 // runSeedLoop is the seed's design exactly: one connection walks the

@@ -14,12 +14,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fetchwake"
 	"github.com/flowfabric/ffreconcile/internal/metrics"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -64,11 +66,15 @@ type Config struct {
 	// (under off, 1 cost 5-20 % less CPU per row than 2 for each
 	// reconciler; docs/performance.md).
 	RowStatements int
-	// TickLookahead: the deadline sweeps' ticks also fan out partitions whose
-	// earliest row falls due within this much of now (default 500 ms, about
-	// how long a tick's burst of scans takes to drain at 500 due rows/s on
-	// 2 cores; negative: none). See workers.Config.TickLookahead.
-	TickLookahead time.Duration
+	// Lookahead: the deadline reconcilers (lease expiry, suspension timeout,
+	// delayed promotion) enqueue rows falling due before their next tick
+	// plus this margin at once, as row jobs that start at the row's
+	// deadline (default 500 ms, about how long a tick's burst of partition
+	// scans takes on 2 cores at 500 due rows/s, so a row due just after the
+	// next tick is still found by it; negative: only rows already due). A
+	// reconciler's whole window, its tick interval plus this, is capped at
+	// jobs.RiverSchedulerInterval. See workers.Config.Lookahead.
+	Lookahead time.Duration
 	// SynchronousCommit is the work pool's synchronous_commit (default
 	// "on"). "off" lets row actions commit without waiting for the WAL
 	// flush; see docs/design.md for what a server crash can then cost.
@@ -129,7 +135,7 @@ const (
 	DefaultFetchPollInterval     = time.Second
 	DefaultCompletedJobRetention = 10 * time.Minute
 	DefaultRescueStuckJobsAfter  = 25 * time.Second
-	DefaultTickLookahead         = 500 * time.Millisecond
+	DefaultLookahead             = 500 * time.Millisecond
 	controlWorkers               = 8
 )
 
@@ -142,6 +148,11 @@ type Fleet struct {
 	Client    *river.Client[pgx.Tx]
 	Workers   *workers.Set
 	Metrics   *metrics.Metrics
+	// Waker wakes the row queue's producers when row jobs enqueued ahead
+	// fall due; nil with PollOnly (no notification reaches River then).
+	Waker *fetchwake.Waker
+
+	stopWaker func() // stops the waker's goroutine and waits for it
 }
 
 func (c *Config) setDefaults() {
@@ -193,8 +204,8 @@ func (c *Config) setDefaults() {
 	if c.RescueStuckJobsAfter == 0 {
 		c.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
 	}
-	if c.TickLookahead == 0 {
-		c.TickLookahead = DefaultTickLookahead
+	if c.Lookahead == 0 {
+		c.Lookahead = DefaultLookahead
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -237,8 +248,8 @@ func (c *Config) Validate() error {
 	if c.FetchPollInterval < river.FetchPollIntervalMin || c.FetchPollInterval < c.RowFetchCooldown {
 		return fmt.Errorf("fetch poll interval %s must be at least %s and at least the fetch cooldown", c.FetchPollInterval, river.FetchPollIntervalMin)
 	}
-	if c.TickLookahead > time.Minute {
-		return fmt.Errorf("tick lookahead %s is too long (at most 1m; negative turns it off)", c.TickLookahead)
+	if c.Lookahead > jobs.RiverSchedulerInterval {
+		return fmt.Errorf("lookahead %s is too long (at most %s; negative turns it off)", c.Lookahead, jobs.RiverSchedulerInterval)
 	}
 	if c.CompletedJobRetention < time.Second {
 		return fmt.Errorf("completed job retention %s is too short (minimum 1s)", c.CompletedJobRetention)
@@ -339,6 +350,21 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
 	})
+	var wake func(time.Time)
+	if !cfg.PollOnly {
+		// Granules of one fetch cooldown: River fetches no more often.
+		w, err := fetchwake.New(fetchwake.Config{
+			DB: f.RiverPool, Schema: cfg.RiverSchema, Queue: jobs.QueueRows, Granularity: cfg.RowFetchCooldown, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return err
+		}
+		f.Waker, wake = w, w.At
+		f.Metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "ffreconcile", Name: "fetch_wakeups_total",
+			Help: "Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due.",
+		}, func() float64 { return float64(w.Sent()) }))
+	}
 	set, err := workers.New(workers.Config{
 		Pool:           f.WorkPool,
 		TickPool:       f.TickPool,
@@ -351,7 +377,8 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		Observer:       f.Metrics,
 		RowBatch:       cfg.RowBatch,
 		RowStatements:  cfg.RowStatements,
-		TickLookahead:  max(0, cfg.TickLookahead),
+		Lookahead:      lookaheads(cfg.Reconcilers, cfg.Lookahead),
+		Wake:           wake,
 	})
 	if err != nil {
 		return err
@@ -430,14 +457,39 @@ func checkLockTable(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger
 	}
 }
 
-// Start starts the River client.
+// lookaheads is each deadline reconciler's window for workers.Config:
+// its tick interval plus margin, at most jobs.RiverSchedulerInterval; none
+// when margin is negative.
+func lookaheads(intervals map[string]time.Duration, margin time.Duration) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	if margin < 0 {
+		return out
+	}
+	for _, name := range []string{workers.LeaseExpiry, workers.SuspensionTimeout, workers.DelayedPromotion} {
+		if interval, ok := intervals[name]; ok {
+			out[name] = min(interval+margin, jobs.RiverSchedulerInterval)
+		}
+	}
+	return out
+}
+
+// Start starts the River client and the waker.
 func (f *Fleet) Start(ctx context.Context) error {
+	if f.Waker != nil && f.stopWaker == nil {
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); f.Waker.Run(wctx) }()
+		f.stopWaker = func() { cancel(); <-done }
+	}
 	return f.Client.Start(ctx)
 }
 
 // Stop stops fetching new jobs and waits for running ones until ctx ends,
 // then cancels what is still running and waits for it to return.
 func (f *Fleet) Stop(ctx context.Context) error {
+	if f.stopWaker != nil {
+		defer f.stopWaker()
+	}
 	err := f.Client.Stop(ctx)
 	if err == nil {
 		return nil

@@ -132,15 +132,17 @@ var statDescs = []struct {
 	get        func(workers.Snapshot) int64
 }{
 	{"ticks_total", "Reconciler ticks run by this process.", func(s workers.Snapshot) int64 { return s.Ticks }},
-	{"partitions_due_total", "Partitions found holding rows due within the tick lookahead, summed over ticks.", func(s workers.Snapshot) int64 { return s.PartitionsDue }},
+	{"partitions_due_total", "Partitions found holding rows due, or due within the lookahead, summed over ticks.", func(s workers.Snapshot) int64 { return s.PartitionsDue }},
 	{"partitions_busy_total", "Due partitions a tick skipped because their row jobs were still queued.", func(s workers.Snapshot) int64 { return s.PartitionsBusy }},
 	{"scans_total", "Partition scans run.", func(s workers.Snapshot) int64 { return s.Scans }},
 	{"scan_continuations_total", "Partition scans that continued themselves after a full batch.", func(s workers.Snapshot) int64 { return s.Continuations }},
 	{"rows_examined_total", "Due rows read by partition scans.", func(s workers.Snapshot) int64 { return s.Examined }},
 	{"row_jobs_enqueued_total", "Row jobs inserted by scans.", func(s workers.Snapshot) int64 { return s.Enqueued }},
+	{"row_jobs_enqueued_ahead_total", "Row jobs inserted before their row's deadline, to start at it (a subset of row_jobs_enqueued_total).", func(s workers.Snapshot) int64 { return s.EnqueuedAhead }},
 	{"row_jobs_already_queued_total", "Due rows whose row job was already queued (unique skip).", func(s workers.Snapshot) int64 { return s.AlreadyQueued }},
 	{"actions_applied_total", "Row actions that changed their row.", func(s workers.Snapshot) int64 { return s.Applied }},
 	{"actions_noop_total", "Row actions whose row no longer qualified under lock.", func(s workers.Snapshot) int64 { return s.NoOps }},
+	{"row_jobs_snoozed_total", "Row jobs that started before their row was due and snoozed until it.", func(s workers.Snapshot) int64 { return s.Snoozes }},
 	{"rows_skipped_total", "Rows or jobs skipped as malformed or invalid, with a warning.", func(s workers.Snapshot) int64 { return s.Skipped }},
 	{"errors_total", "Ticks, scans and row actions that returned an error (River retries them).", func(s workers.Snapshot) int64 { return s.Errors }},
 }

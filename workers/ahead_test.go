@@ -1,0 +1,158 @@
+package workers_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// deadlineRow seeds and checks one row of a deadline reconciler.
+type deadlineRow struct {
+	reconciler, rowKind string
+	// insert seeds a row of partition p falling due at deadlineMs.
+	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
+	// acted says whether the row's action has been applied.
+	acted func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool
+}
+
+var deadlineRows = []deadlineRow{
+	{
+		reconciler: jobs.ReconcilerLeaseExpiry, rowKind: jobs.KindLeaseRelease,
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(deadlineMs))
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadAttempt(t, pool, p, id, 0).LeaseExpiresAtMs == nil
+		},
+	},
+	{
+		reconciler: jobs.ReconcilerSuspensionTimeout, rowKind: jobs.KindSuspensionExpire,
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
+				PublicState: "suspended", AttemptState: "attempt_interrupted"})
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(deadlineMs)})
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			_, ok := fftest.ReadSuspension(t, pool, p, id)
+			return !ok
+		},
+	},
+	{
+		reconciler: jobs.ReconcilerDelayedPromotion, rowKind: jobs.KindPromote,
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			return fftest.InsertExec(t, pool, fftest.Delayed(p, deadlineMs))
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadExec(t, pool, p, id).EligibilityState == "eligible_now"
+		},
+	},
+}
+
+// TestRowsFallingDueSoonStartAtTheirDeadline: a tick finds a row due within
+// its lookahead and enqueues its row job at once, scheduled one millisecond
+// after the deadline; the job starts no earlier than that and applies the
+// action (no no-op from an early start). A row due beyond the window gets no
+// job. The waker sent the wake-up that started it.
+func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
+	t.Parallel()
+	for _, tt := range deadlineRows {
+		t.Run(tt.reconciler, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			// Ticks every second, each looking 4 s ahead.
+			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 3 * time.Second})
+			c := f.Workers.Stats().For(tt.reconciler)
+			fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+				return c.Ticks.Load() > 0, "no tick yet"
+			})
+
+			deadline := store.NowMs() + 2500
+			soon := tt.insert(t, db.Pool, 7, deadline)
+			far := tt.insert(t, db.Pool, 8, deadline+60_000)
+
+			fleettest.WaitFor(t, 30*time.Second, "the row due soon to be acted on", func() (bool, string) {
+				return tt.acted(t, db.Pool, 7, soon), fleettest.Statusf("%+v", c.Snapshot())
+			})
+			var scheduledAt, attemptedAt time.Time
+			var n int
+			err := db.Pool.QueryRow(ctx, `
+				SELECT count(*) OVER (), scheduled_at, attempted_at FROM river.river_job
+				 WHERE kind = $1 AND args->>'execution_id' = $2`, tt.rowKind, soon).Scan(&n, &scheduledAt, &attemptedAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := time.UnixMilli(deadline + 1); n != 1 || !scheduledAt.Equal(want) {
+				t.Fatalf("%d row jobs, scheduled at %s; want one, scheduled at %s", n, scheduledAt, want)
+			}
+			if attemptedAt.Before(scheduledAt) {
+				t.Fatalf("row job started at %s, before its deadline's %s", attemptedAt, scheduledAt)
+			}
+			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Applied != 1 || st.NoOps != 0 {
+				t.Fatalf("stats %+v; want 1 row enqueued ahead, applied once, no no-op", st)
+			}
+			if tt.acted(t, db.Pool, 8, far) {
+				t.Fatal("the row due in a minute was acted on")
+			}
+			if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE args->>'execution_id' = $1`, far); n != 0 {
+				t.Fatalf("%d jobs for the row due in a minute, beyond the lookahead; want none", n)
+			}
+			if f.Waker.Sent() == 0 {
+				t.Fatal("no wake-up sent")
+			}
+		})
+	}
+}
+
+// TestRowJobStartedBeforeItsDeadlineWaitsForIt: a row job that starts
+// before the deadline in its args (here inserted without a schedule; in
+// production by clock skew between the database and the process) snoozes
+// until the deadline and then applies its action, instead of finding the
+// row not due and leaving it to a later tick. No tick runs and River polls
+// only once a minute, so the second start is the waker's doing.
+func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
+	t.Parallel()
+	for _, tt := range deadlineRows[:2] { // the promotion's re-check snoozes on its own (TestEarlyPromotionSnoozesUntilDue)
+		t.Run(tt.reconciler, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), FetchPollInterval: time.Minute})
+			deadline := store.NowMs() + 1500
+			id := tt.insert(t, db.Pool, 3, deadline)
+			var args river.JobArgs
+			switch tt.reconciler {
+			case jobs.ReconcilerLeaseExpiry:
+				args = jobs.LeaseReleaseArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
+			default:
+				args = jobs.SuspensionExpireArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
+			}
+			res, err := f.Client.Insert(ctx, args, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
+				return tt.acted(t, db.Pool, 3, id), fleettest.Statusf("%+v", readJob(t, db.Pool, res.Job.ID))
+			})
+			if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
+				t.Fatalf("job = %+v; want completed in one attempt after one snooze", j)
+			}
+			if st := f.Workers.Stats().For(tt.reconciler).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
+				t.Fatalf("stats %+v; want applied once after one snooze", st)
+			}
+		})
+	}
+}
