@@ -125,7 +125,10 @@ func TickInsertOpts(interval time.Duration) *river.InsertOpts {
 
 // ScanCursor continues a partition scan after the last row of a full batch,
 // in the scan's order (deadline, then row key), so a backlog larger than one
-// batch drains without waiting for the next tick.
+// batch drains without waiting for the next tick. A tick also starts the scan
+// of a partition whose due rows are all still queued after them (at_ms: the
+// tick's now − 1, the largest ids), so it enqueues only rows falling due
+// later.
 type ScanCursor struct {
 	AtMs int64  `json:"at_ms"`         // deadline of the last row
 	ID   string `json:"id"`            // execution_id, or flow_id for cancel groups

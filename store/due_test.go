@@ -69,7 +69,9 @@ func TestCountDueAndTopPartitions(t *testing.T) {
 // TestDuePartitionsHorizon checks the horizon ticks pass (now plus the
 // lookahead): a partition whose earliest row falls due before it is found,
 // one whose rows all fall due after it is not, and partitions come out in
-// partition order, the order their scans are enqueued in.
+// partition order, the order their scans are enqueued in. A lower bound (the
+// tick's probe for rows not yet due) leaves out partitions holding only
+// older rows.
 func TestDuePartitionsHorizon(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -89,26 +91,30 @@ func TestDuePartitionsHorizon(t *testing.T) {
 		fftest.InsertAttempt(t, db.Pool, r.p, id, 0, fftest.Ms(r.at))
 		fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: r.p, ExecutionID: id, TimeoutAtMs: fftest.Ms(r.at)})
 	}
-	due := map[string]func(context.Context, store.DB, int64, int, store.Filter) ([]int16, error){
+	due := map[string]func(context.Context, store.DB, int64, int64, int, store.Filter) ([]int16, error){
 		"lease":      store.DueLeasePartitions,
 		"suspension": store.DueSuspensionPartitions,
 		"promotion":  store.DuePromotionPartitions,
 	}
 	tests := []struct {
-		name    string
-		horizon int64
-		filter  store.Filter
-		want    []int16
+		name          string
+		from, horizon int64
+		filter        store.Filter
+		want          []int16
 	}{
-		{"Now", now, store.Filter{}, []int16{3, 7, 12, 40}},
-		{"Lookahead", now + 500, store.Filter{}, []int16{3, 7, 12, 20, 40}},
-		{"Filtered", now + 500, store.Filter{Namespace: "a"}, []int16{3, 7, 12, 20, 40}},
-		{"NothingOutsideFilter", now + 500, store.Filter{Namespace: "other"}, []int16{}},
+		{"Now", store.NoLowerBound, now, store.Filter{}, []int16{3, 7, 12, 40}},
+		{"Lookahead", store.NoLowerBound, now + 500, store.Filter{}, []int16{3, 7, 12, 20, 40}},
+		// From is inclusive: 7's row at now-50 is in; 3, 12 and 40 hold
+		// only rows older than from.
+		{"From", now - 50, now + 500, store.Filter{}, []int16{7, 20}},
+		{"NotYetDue", now, now + 1000, store.Filter{}, []int16{20, 30}},
+		{"Filtered", store.NoLowerBound, now + 500, store.Filter{Namespace: "a"}, []int16{3, 7, 12, 20, 40}},
+		{"NothingOutsideFilter", store.NoLowerBound, now + 500, store.Filter{Namespace: "other"}, []int16{}},
 	}
 	for name, fn := range due {
 		for _, tt := range tests {
 			t.Run(name+"/"+tt.name, func(t *testing.T) {
-				got, err := fn(ctx, db.Pool, tt.horizon, 256, tt.filter)
+				got, err := fn(ctx, db.Pool, tt.from, tt.horizon, 256, tt.filter)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -8,21 +8,21 @@ import (
 )
 
 // DueLeasePartitions returns the partitions (0..partitionCount-1) holding at
-// least one attempt whose lease expires before horizonMs and whose execution
-// passes f; a tick passes now plus its lookahead. Index: ff_attempt
-// (partition_key, lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL,
-// one probe per partition.
-func DueLeasePartitions(ctx context.Context, db DB, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs}
+// least one attempt whose lease expires at or after fromMs (NoLowerBound:
+// any) and before horizonMs, and whose execution passes f; a tick passes now
+// plus its lookahead. Index: ff_attempt (partition_key, lease_expires_at_ms)
+// WHERE lease_expires_at_ms IS NOT NULL, one probe per partition.
+func DueLeasePartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
+	args := []any{partitionCount, horizonMs, fromMs}
 	probe := `SELECT 1 FROM ff_attempt a WHERE a.partition_key = s.p
-	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2`
+	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3`
 	if !f.Empty() {
 		var cond string
 		cond, args = f.sql(args)
 		probe = `SELECT 1 FROM ff_attempt a
 		  JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
 		 WHERE a.partition_key = s.p
-		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2` + cond
+		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3` + cond
 	}
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {

@@ -325,7 +325,7 @@ func TestScanExpiredLeases(t *testing.T) {
 			if !slices.Equal(ids(got), tt.want) {
 				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
 			}
-			parts, err := store.DueLeasePartitions(ctx, pool, now, 256, tt.filter)
+			parts, err := store.DueLeasePartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -336,7 +336,7 @@ func TestScanExpiredLeases(t *testing.T) {
 	}
 
 	t.Run("PartitionCountLimitsTheProbe", func(t *testing.T) {
-		parts, err := store.DueLeasePartitions(ctx, pool, now, 12, store.Filter{})
+		parts, err := store.DueLeasePartitions(ctx, pool, store.NoLowerBound, now, 12, store.Filter{})
 		if err != nil || !slices.Equal(parts, []int16{11}) {
 			t.Fatalf("due partitions with 12 partitions = %v, %v; want [11]", parts, err)
 		}

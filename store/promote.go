@@ -21,14 +21,15 @@ const promotableSQL = `e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $2
 
 // DuePromotionPartitions returns the partitions (0..partitionCount-1)
 // holding at least one delayed execution (runnable +
-// not_eligible_until_time) whose delay-until is at or before horizonMs and
-// which passes f; a tick passes now plus its lookahead. One probe of
-// ff_exec_core (partition_key, deadline_at_ms) per partition; see
-// promotableSQL for what a probe reads.
-func DuePromotionPartitions(ctx context.Context, db DB, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs}
+// not_eligible_until_time) whose delay-until is at or after fromMs
+// (NoLowerBound: any) and at or before horizonMs, and which passes f; a tick
+// passes now plus its lookahead. One probe of ff_exec_core (partition_key,
+// deadline_at_ms) per partition; see promotableSQL for what a probe reads (a
+// lower bound also skips the rows whose deadline passed before it).
+func DuePromotionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
+	args := []any{partitionCount, horizonMs, fromMs}
 	cond, args := f.sql(args)
-	probe := `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND ` + promotableSQL + cond
+	probe := `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND e.deadline_at_ms >= $3 AND ` + promotableSQL + cond
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with due delayed executions: %w", err)

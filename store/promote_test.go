@@ -259,7 +259,7 @@ func TestScanDuePromotions(t *testing.T) {
 			if !slices.Equal(ids(got), tt.want) {
 				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
 			}
-			parts, err := store.DuePromotionPartitions(ctx, pool, now, 256, tt.filter)
+			parts, err := store.DuePromotionPartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -335,7 +335,7 @@ func TestPromotionScansUseTheDeadlineIndex(t *testing.T) {
 	if _, err := store.ScanDuePromotions(ctx, ex, p, now, &store.After{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.DuePromotionPartitions(ctx, ex, now, 256, store.Filter{}); err != nil {
+	if _, err := store.DuePromotionPartitions(ctx, ex, store.NoLowerBound, now, 256, store.Filter{}); err != nil {
 		t.Fatal(err)
 	}
 	var child string

@@ -16,6 +16,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -80,6 +81,10 @@ type After struct {
 	ID2  string
 	N    int32
 }
+
+// NoLowerBound is the fromMs of a due-partition query that takes every row
+// due by its horizon, however old.
+const NoLowerBound int64 = math.MinInt64
 
 // partitionsSQL turns a per-partition probe (which refers to the partition
 // as s.p) into the single query a tick runs. LATERAL … LIMIT 1 makes the plan

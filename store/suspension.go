@@ -8,19 +8,20 @@ import (
 )
 
 // DueSuspensionPartitions returns the partitions (0..partitionCount-1)
-// holding at least one suspension whose timeout lapses before horizonMs and
-// whose execution passes f; a tick passes now plus its lookahead. Index:
-// ff_suspension_current (partition_key, timeout_at_ms) WHERE timeout_at_ms
-// IS NOT NULL, one probe per partition.
-func DueSuspensionPartitions(ctx context.Context, db DB, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs}
+// holding at least one suspension whose timeout lapses at or after fromMs
+// (NoLowerBound: any) and before horizonMs, and whose execution passes f; a
+// tick passes now plus its lookahead. Index: ff_suspension_current
+// (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL, one probe
+// per partition.
+func DueSuspensionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
+	args := []any{partitionCount, horizonMs, fromMs}
 	from, cond := `ff_suspension_current su`, ""
 	if !f.Empty() {
 		cond, args = f.sql(args)
 		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
 	}
 	probe := `SELECT 1 FROM ` + from + ` WHERE su.partition_key = s.p
-	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2` + cond
+	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2 AND su.timeout_at_ms >= $3` + cond
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with timed-out suspensions: %w", err)

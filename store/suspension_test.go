@@ -424,7 +424,7 @@ func TestScanExpiredSuspensions(t *testing.T) {
 			if !slices.Equal(ids(got), tt.want) {
 				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
 			}
-			parts, err := store.DueSuspensionPartitions(ctx, pool, now, 256, tt.filter)
+			parts, err := store.DueSuspensionPartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -2,9 +2,11 @@ package workers_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
@@ -154,5 +156,119 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 				t.Fatalf("stats %+v; want applied once after one snooze", st)
 			}
 		})
+	}
+}
+
+// TestBusyPartitionStillEnqueuesRowsAhead: a partition whose due row's job
+// is still waiting in the queue is not scanned again for due rows, but a row
+// of it falling due within the lookahead is still enqueued ahead, scheduled
+// for its deadline, by a scan starting after the rows due at the tick. The
+// rows queue is paused to hold the due row's job in the queue.
+func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
+	t.Parallel()
+	for _, tt := range deadlineRows {
+		t.Run(tt.reconciler, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 3 * time.Second})
+			c := f.Workers.Stats().For(tt.reconciler)
+			fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+				return c.Ticks.Load() > 0, "no tick yet"
+			})
+			if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
+				t.Fatal(err)
+			}
+			jobOf := func(id string) (state string, scheduledAt time.Time) {
+				err := db.Pool.QueryRow(ctx, `SELECT state, scheduled_at FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`,
+					tt.rowKind, id).Scan(&state, &scheduledAt)
+				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+					t.Fatal(err)
+				}
+				return state, scheduledAt
+			}
+
+			due := tt.insert(t, db.Pool, 5, store.NowMs()-1000)
+			fleettest.WaitFor(t, 30*time.Second, "the due row's job queued", func() (bool, string) {
+				state, _ := jobOf(due)
+				return state == "available", "job state " + state
+			})
+			ticks := c.Ticks.Load()
+			fleettest.WaitFor(t, 30*time.Second, "two more ticks", func() (bool, string) {
+				return c.Ticks.Load() >= ticks+2, fleettest.Statusf("%+v", c.Snapshot())
+			})
+			if state, _ := jobOf(due); state != "available" {
+				t.Fatalf("the due row's job is %s; the paused queue should hold it available", state)
+			}
+
+			deadline := store.NowMs() + 2500
+			soon := tt.insert(t, db.Pool, 5, deadline)
+			fleettest.WaitFor(t, 30*time.Second, "the row due soon enqueued ahead despite the busy partition", func() (bool, string) {
+				state, _ := jobOf(soon)
+				return state != "", fleettest.Statusf("%+v", c.Snapshot())
+			})
+			if _, at := jobOf(soon); !at.Equal(time.UnixMilli(deadline + 1)) {
+				t.Fatalf("row job scheduled at %s; want %s", at, time.UnixMilli(deadline+1))
+			}
+			if state, _ := jobOf(due); state != "available" {
+				t.Fatalf("the due row's job is %s; want it still queued (the partition busy)", state)
+			}
+			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Enqueued != 2 {
+				t.Fatalf("stats %+v; want 2 row jobs, 1 of them ahead", st)
+			}
+
+			if err := f.Client.QueueResume(ctx, jobs.QueueRows, nil); err != nil {
+				t.Fatal(err)
+			}
+			fleettest.WaitFor(t, 30*time.Second, "both rows acted on", func() (bool, string) {
+				return tt.acted(t, db.Pool, 5, due) && tt.acted(t, db.Pool, 5, soon), fleettest.Statusf("%+v", c.Snapshot())
+			})
+			if st := c.Snapshot(); st.Applied != 2 || st.NoOps != 0 {
+				t.Fatalf("stats %+v; want 2 applied, no no-op", st)
+			}
+		})
+	}
+}
+
+// TestRowQueuedAheadIsNotOfferedAgain: a row enqueued ahead stays in the
+// window of the next ticks; their scans skip it instead of offering it to
+// River's uniqueness check again, which would rewrite the queued job's row
+// (INSERT … ON CONFLICT DO UPDATE): the job's xmin does not change while
+// the skips are counted as already queued.
+func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	tt := deadlineRows[0]
+	// Ticks every second, each looking 5 s ahead.
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 4 * time.Second})
+	c := f.Workers.Stats().For(tt.reconciler)
+	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+		return c.Ticks.Load() > 0, "no tick yet"
+	})
+	id := tt.insert(t, db.Pool, 4, store.NowMs()+4500)
+	xmin := func() string {
+		var x string
+		err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`, tt.rowKind, id).Scan(&x)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		return x
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the row enqueued ahead", func() (bool, string) {
+		return xmin() != "", fleettest.Statusf("%+v", c.Snapshot())
+	})
+	first := xmin()
+	fleettest.WaitFor(t, 30*time.Second, "a later scan finding the row queued", func() (bool, string) {
+		return c.AlreadyQueued.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
+	})
+	if got := xmin(); got != first {
+		t.Fatalf("the queued job's row was rewritten (xmin %s → %s): the row was offered to River again", first, got)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
+		return tt.acted(t, db.Pool, 4, id), fleettest.Statusf("%+v", c.Snapshot())
+	})
+	if st := c.Snapshot(); st.Enqueued != 1 || st.Applied != 1 || st.NoOps != 0 {
+		t.Fatalf("stats %+v; want one row job, applied once", st)
 	}
 }

@@ -69,8 +69,8 @@ func (w *cancelDispatchTickWorker) Work(ctx context.Context, _ *river.Job[jobs.C
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelDispatch, parts, func(p int16) jobs.CancelDispatchScanArgs {
-		return jobs.CancelDispatchScanArgs{Partition: p}
+	return fanOut(ctx, w.d, CancelDispatch, tickWindow{parts: parts}, func(p int16, after *jobs.ScanCursor) jobs.CancelDispatchScanArgs {
+		return jobs.CancelDispatchScanArgs{Partition: p, After: after}
 	})
 }
 
@@ -178,8 +178,8 @@ func (w *cancelReconcileTickWorker) Work(ctx context.Context, _ *river.Job[jobs.
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelReconcile, parts, func(p int16) jobs.CancelReconcileScanArgs {
-		return jobs.CancelReconcileScanArgs{Partition: p}
+	return fanOut(ctx, w.d, CancelReconcile, tickWindow{parts: parts}, func(p int16, after *jobs.ScanCursor) jobs.CancelReconcileScanArgs {
+		return jobs.CancelReconcileScanArgs{Partition: p, After: after}
 	})
 }
 

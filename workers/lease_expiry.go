@@ -33,13 +33,13 @@ func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) ti
 }
 
 func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	parts, err := w.d.duePartitions(ctx, LeaseExpiry, store.DueLeasePartitions)
+	win, err := w.d.duePartitions(ctx, LeaseExpiry, store.DueLeasePartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, LeaseExpiry, parts, func(p int16) jobs.LeaseExpiryScanArgs {
-		return jobs.LeaseExpiryScanArgs{Partition: p}
+	return fanOut(ctx, w.d, LeaseExpiry, win, func(p int16, after *jobs.ScanCursor) jobs.LeaseExpiryScanArgs {
+		return jobs.LeaseExpiryScanArgs{Partition: p, After: after}
 	})
 }
 

@@ -50,13 +50,13 @@ func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTic
 }
 
 func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	parts, err := w.d.duePartitions(ctx, DelayedPromotion, store.DuePromotionPartitions)
+	win, err := w.d.duePartitions(ctx, DelayedPromotion, store.DuePromotionPartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, DelayedPromotion, parts, func(p int16) jobs.DelayedPromotionScanArgs {
-		return jobs.DelayedPromotionScanArgs{Partition: p}
+	return fanOut(ctx, w.d, DelayedPromotion, win, func(p int16, after *jobs.ScanCursor) jobs.DelayedPromotionScanArgs {
+		return jobs.DelayedPromotionScanArgs{Partition: p, After: after}
 	})
 }
 

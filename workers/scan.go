@@ -76,7 +76,13 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	// so duplicates (impossible under the tables' primary keys, but cheap to
 	// rule out) are dropped here first.
 	seen := make(map[string]struct{}, len(rows))
+	var queued map[string]struct{}
+	if spec.deadlineMs != nil {
+		queued = d.ahead.pending(spec.name, partition, nowMs)
+	}
+	knownQueued := 0
 	params := make([]river.InsertManyParams, 0, len(rows))
+	keys := make([]string, 0, len(rows))
 	// startAt[i] is when params[i] starts, for a row not yet due (else zero).
 	startAt := make([]time.Time, 0, len(rows))
 	for _, r := range rows {
@@ -85,6 +91,10 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 			continue
 		}
 		seen[k] = struct{}{}
+		if _, ok := queued[k]; ok {
+			knownQueued++
+			continue
+		}
 		p := river.InsertManyParams{Args: spec.rowJob(partition, r)}
 		var at time.Time
 		// A row not yet due is scheduled one millisecond after its
@@ -102,6 +112,11 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		}
 		startAt = append(startAt, at)
 		params = append(params, p)
+		keys = append(keys, k)
+	}
+	if len(params) == 0 {
+		c.AlreadyQueued.Add(int64(knownQueued))
+		return nil
 	}
 
 	client := river.ClientFromContext[pgx.Tx](ctx)
@@ -161,13 +176,19 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 			d.wake(at)
 		}
 	}
+	now := time.Now()
+	for i, r := range res {
+		if r.Job != nil && r.Job.ScheduledAt.After(now) {
+			d.ahead.add(spec.name, partition, keys[i], r.Job.ScheduledAt.UnixMilli())
+		}
+	}
 	c.Enqueued.Add(int64(inserted))
 	c.EnqueuedAhead.Add(int64(ahead))
-	c.AlreadyQueued.Add(int64(len(params) - inserted))
+	c.AlreadyQueued.Add(int64(len(params) - inserted + knownQueued))
 	if continued {
 		c.Continuations.Add(1)
 	}
 	d.log().Debug("partition scanned", "reconciler", spec.name, "partition", partition,
-		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted, "continued", continued)
+		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted+knownQueued, "continued", continued)
 	return nil
 }

@@ -32,13 +32,13 @@ func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutT
 }
 
 func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	parts, err := w.d.duePartitions(ctx, SuspensionTimeout, store.DueSuspensionPartitions)
+	win, err := w.d.duePartitions(ctx, SuspensionTimeout, store.DueSuspensionPartitions)
 	if err != nil {
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, SuspensionTimeout, parts, func(p int16) jobs.SuspensionTimeoutScanArgs {
-		return jobs.SuspensionTimeoutScanArgs{Partition: p}
+	return fanOut(ctx, w.d, SuspensionTimeout, win, func(p int16, after *jobs.ScanCursor) jobs.SuspensionTimeoutScanArgs {
+		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after}
 	})
 }
 

@@ -26,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -284,6 +286,8 @@ type deps struct {
 	releases    *coalesce.Coalescer[int16, store.LeaseRef, store.ReleaseResult]
 	promotions  *coalesce.Coalescer[int16, string, store.PromoteResult]
 	suspensions *coalesce.Coalescer[int16, string, store.SuspensionExpireResult]
+	// ahead: row jobs known to be queued for a future start.
+	ahead queuedAhead
 }
 
 func newDeps(cfg Config) *deps {
@@ -308,6 +312,19 @@ func (d *deps) lookahead(name string) time.Duration {
 	return max(0, d.cfg.Lookahead[name])
 }
 
+// tickWindow is what a tick found: the partitions to scan, and for the
+// deadline reconcilers a way to tell which hold rows not yet due.
+type tickWindow struct {
+	parts []int16 // partitions holding rows due by the horizon, those already due first
+	nowMs int64   // the tick's now
+	// notYetDue returns the partitions holding rows due at or after nowMs
+	// and by the horizon; nil without a lookahead.
+	notYetDue func(ctx context.Context) (map[int16]bool, error)
+}
+
+// dueQuery is a store.Due*Partitions function.
+type dueQuery func(ctx context.Context, db store.DB, fromMs, horizonMs int64, partitionCount int, f store.Filter) ([]int16, error)
+
 // duePartitions returns the partitions of reconciler name holding rows due
 // by its horizon (now plus its lookahead), those with rows already due first.
 // A tick's scans start in the order it inserts them, over the burst that
@@ -316,30 +333,40 @@ func (d *deps) lookahead(name string) time.Duration {
 // time from a scan late in the burst. The second query (a cached generic
 // plan, ~3 ms) runs only when the window holds anything, so an idle fleet
 // pays nothing for it.
-func (d *deps) duePartitions(ctx context.Context, name string,
-	query func(ctx context.Context, db store.DB, boundMs int64, partitionCount int, f store.Filter) ([]int16, error),
-) ([]int16, error) {
-	nowMs := store.NowMs()
+func (d *deps) duePartitions(ctx context.Context, name string, query dueQuery) (tickWindow, error) {
+	w := tickWindow{nowMs: store.NowMs()}
 	ahead := d.lookahead(name).Milliseconds()
-	parts, err := query(ctx, d.tickDB(), nowMs+ahead, d.cfg.PartitionCount, d.cfg.Filter)
+	parts, err := query(ctx, d.tickDB(), store.NoLowerBound, w.nowMs+ahead, d.cfg.PartitionCount, d.cfg.Filter)
 	if err != nil || ahead == 0 || len(parts) == 0 {
-		return parts, err
+		w.parts = parts
+		return w, err
 	}
-	due, err := query(ctx, d.tickDB(), nowMs, d.cfg.PartitionCount, d.cfg.Filter)
+	due, err := query(ctx, d.tickDB(), store.NoLowerBound, w.nowMs, d.cfg.PartitionCount, d.cfg.Filter)
 	if err != nil {
-		return nil, err
+		return w, err
 	}
 	isDue := make(map[int16]bool, len(due))
 	for _, p := range due {
 		isDue[p] = true
 	}
-	ordered := append(make([]int16, 0, len(parts)), due...)
+	w.parts = append(make([]int16, 0, len(parts)), due...)
 	for _, p := range parts {
 		if !isDue[p] {
-			ordered = append(ordered, p)
+			w.parts = append(w.parts, p)
 		}
 	}
-	return ordered, nil
+	w.notYetDue = func(ctx context.Context) (map[int16]bool, error) {
+		ps, err := query(ctx, d.tickDB(), w.nowMs, w.nowMs+ahead, d.cfg.PartitionCount, d.cfg.Filter)
+		if err != nil {
+			return nil, err
+		}
+		out := make(map[int16]bool, len(ps))
+		for _, p := range ps {
+			out[p] = true
+		}
+		return out, nil
+	}
+	return w, nil
 }
 
 // snoozeWakeFloor: River's batch completer stores a snooze within about two
@@ -424,14 +451,17 @@ var rowKinds = map[string]string{
 }
 
 // fanOut inserts one scan job per due partition, except partitions whose row
-// jobs are still waiting in the queue (see store.PartitionsWithQueuedJobs).
-// Scans are unique per partition among unfinished jobs, so partitions whose
-// scan is still queued or running are skipped rather than doubled.
-func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitions []int16, scan func(int16) S) error {
+// jobs are still waiting in the queue (see store.PartitionsWithQueuedJobs):
+// those are skipped, or, when they hold rows not yet due within the
+// reconciler's lookahead, scanned from the tick's now on (aheadCursor), so
+// those rows are still enqueued ahead. Scans are unique per partition among
+// unfinished jobs, so partitions whose scan is still queued or running are
+// skipped rather than doubled.
+func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor) S) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
-	c.PartitionsDue.Add(int64(len(partitions)))
-	if len(partitions) == 0 {
+	c.PartitionsDue.Add(int64(len(w.parts)))
+	if len(w.parts) == 0 {
 		return nil
 	}
 	// On the work pool: with a generic plan the planner cannot see that
@@ -441,13 +471,25 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitio
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	params := make([]river.InsertManyParams, 0, len(partitions))
-	for _, p := range partitions {
-		if !busy[p] {
-			params = append(params, river.InsertManyParams{Args: scan(p)})
+	var notYetDue map[int16]bool
+	if w.notYetDue != nil && slices.ContainsFunc(w.parts, func(p int16) bool { return busy[p] }) {
+		if notYetDue, err = w.notYetDue(ctx); err != nil {
+			c.Errors.Add(1)
+			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
-	c.PartitionsBusy.Add(int64(len(partitions) - len(params)))
+	params := make([]river.InsertManyParams, 0, len(w.parts))
+	aheadOnly := 0
+	for _, p := range w.parts {
+		switch {
+		case !busy[p]:
+			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
+		case notYetDue[p]:
+			params = append(params, river.InsertManyParams{Args: scan(p, aheadCursor(w.nowMs))})
+			aheadOnly++
+		}
+	}
+	c.PartitionsBusy.Add(int64(len(w.parts) - len(params)))
 	if len(params) == 0 {
 		return nil
 	}
@@ -463,7 +505,15 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, partitio
 			skipped++
 		}
 	}
-	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(partitions),
-		"partitions_busy", len(partitions)-len(params), "scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
+	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(w.parts),
+		"partitions_busy", len(w.parts)-len(params), "busy_scanned_ahead_only", aheadOnly,
+		"scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
 	return nil
+}
+
+// aheadCursor starts a scan after every row due at nowMs: at nowMs − 1 with
+// the largest ids, it takes rows whose deadline is nowMs or later.
+func aheadCursor(nowMs int64) *jobs.ScanCursor {
+	const maxUUID = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+	return &jobs.ScanCursor{AtMs: nowMs - 1, ID: maxUUID, ID2: maxUUID, N: math.MaxInt32}
 }

@@ -99,7 +99,7 @@ func (e *env) medianTick(ctx context.Context) (time.Duration, error) {
 	var ds []time.Duration
 	for range tickSamples {
 		start := time.Now()
-		parts, err := store.DueLeasePartitions(ctx, f.TickPool, store.NowMs(), jobs.PartitionCount, store.Filter{})
+		parts, err := store.DueLeasePartitions(ctx, f.TickPool, store.NoLowerBound, store.NowMs(), jobs.PartitionCount, store.Filter{})
 		if err != nil {
 			return 0, err
 		}
