@@ -44,9 +44,9 @@ func toStoreAfter(c *jobs.ScanCursor) *store.After {
 // runScan enqueues one row job per due row of a partition (and, for a
 // reconciler with a lookahead, per row falling due within it, scheduled for
 // its deadline), in one transaction with, when the batch came back full, the
-// scan's own completion and its continuation (after the batch's last row). Completing the running
-// scan first frees its unique slot, so the continuation is not skipped as a
-// duplicate of itself.
+// scan's own completion and its continuation (after the batch's last row).
+// Completing the running scan first frees its unique slot, so the
+// continuation is not skipped as a duplicate of itself.
 //
 // A continuation is only enqueued when the batch inserted at least one new
 // row job: a full batch of rows whose jobs are all still queued means an
@@ -72,15 +72,17 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		return nil
 	}
 
-	// River fails a whole batch when two of its jobs share a unique key,
-	// so duplicates (impossible under the tables' primary keys, but cheap to
-	// rule out) are dropped here first.
-	seen := make(map[string]struct{}, len(rows))
+	// Rows whose jobs this process saw queued for a future start are not
+	// offered again (see queuedAhead).
 	var queued map[string]struct{}
 	if spec.deadlineMs != nil {
 		queued = d.ahead.pending(spec.name, partition, nowMs)
 	}
 	knownQueued := 0
+	// River fails a whole batch when two of its jobs share a unique key,
+	// so duplicates (impossible under the tables' primary keys, but cheap to
+	// rule out) are dropped here first.
+	seen := make(map[string]struct{}, len(rows))
 	params := make([]river.InsertManyParams, 0, len(rows))
 	keys := make([]string, 0, len(rows))
 	// startAt[i] is when params[i] starts, for a row not yet due (else zero).

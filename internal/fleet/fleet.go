@@ -502,8 +502,11 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the pools.
+// Close stops the waker if Stop did not, then closes the pools.
 func (f *Fleet) Close() {
+	if f.stopWaker != nil {
+		f.stopWaker()
+	}
 	f.TickPool.Close()
 	f.WorkPool.Close()
 	f.RiverPool.Close()
