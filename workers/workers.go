@@ -225,9 +225,9 @@ func (s *Set) Hooks() []rivertype.Hook {
 // scheduled_at, instead of scheduled. River's fetch takes an available job
 // only once its scheduled_at has passed, and River itself leaves jobs in
 // that state: its scheduler makes scheduled jobs available up to one
-// interval before their time, and a snooze that short stays available. Inserted as scheduled, a
-// job due in a second would wait for the leader's scheduler, which runs
-// every 5 s, and start up to 5 s late.
+// interval before their time, and a snooze that short stays available.
+// Inserted as scheduled, a job due in a second would wait for the leader's
+// scheduler, which runs every 5 s, and start up to 5 s late.
 func availableAhead(_ context.Context, params *rivertype.JobInsertParams) error {
 	if params.Queue == jobs.QueueRows && params.State == rivertype.JobStateScheduled && params.ScheduledAt != nil &&
 		time.Until(*params.ScheduledAt) <= jobs.RiverSchedulerInterval {
@@ -332,7 +332,8 @@ type dueQuery func(ctx context.Context, db store.DB, fromMs, horizonMs int64, pa
 // late, while rows falling due later in the window mostly still start on
 // time from a scan late in the burst. The second query (a cached generic
 // plan, ~3 ms) runs only when the window holds anything, so an idle fleet
-// pays nothing for it.
+// pays nothing for it; a third, for the partitions holding rows not yet due
+// (notYetDue), only when fanOut finds a due partition busy.
 func (d *deps) duePartitions(ctx context.Context, name string, query dueQuery) (tickWindow, error) {
 	w := tickWindow{nowMs: store.NowMs()}
 	ahead := d.lookahead(name).Milliseconds()
