@@ -16,6 +16,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // deadlineRow seeds and checks one row of a deadline reconciler.
@@ -63,6 +64,19 @@ var deadlineRows = []deadlineRow{
 	},
 }
 
+// startLookingAhead starts a fleet ticking reconciler every second with the
+// given lookahead margin (its window: 1 s plus that), and waits for its first
+// tick.
+func startLookingAhead(t *testing.T, db *testdb.DB, reconciler string, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
+	t.Helper()
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(reconciler), Lookahead: margin})
+	c := f.Workers.Stats().For(reconciler)
+	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+		return c.Ticks.Load() > 0, "no tick yet"
+	})
+	return f, c
+}
+
 // TestRowsFallingDueSoonStartAtTheirDeadline: a tick finds a row due within
 // its lookahead and enqueues its row job at once, scheduled one millisecond
 // after the deadline; the job starts no earlier than that and applies the
@@ -75,12 +89,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			// Ticks every second, each looking 4 s ahead.
-			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 3 * time.Second})
-			c := f.Workers.Stats().For(tt.reconciler)
-			fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
-				return c.Ticks.Load() > 0, "no tick yet"
-			})
+			f, c := startLookingAhead(t, db, tt.reconciler, 3*time.Second) // a 4 s window
 
 			deadline := store.NowMs() + 2500
 			soon := tt.insert(t, db.Pool, 7, deadline)
@@ -171,11 +180,7 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 3 * time.Second})
-			c := f.Workers.Stats().For(tt.reconciler)
-			fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
-				return c.Ticks.Load() > 0, "no tick yet"
-			})
+			f, c := startLookingAhead(t, db, tt.reconciler, 3*time.Second)
 			if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -240,12 +245,7 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	tt := deadlineRows[0]
-	// Ticks every second, each looking 5 s ahead.
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), Lookahead: 4 * time.Second})
-	c := f.Workers.Stats().For(tt.reconciler)
-	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
-		return c.Ticks.Load() > 0, "no tick yet"
-	})
+	_, c := startLookingAhead(t, db, tt.reconciler, 4*time.Second) // a 5 s window
 	id := tt.insert(t, db.Pool, 4, store.NowMs()+4500)
 	xmin := func() string {
 		var x string

@@ -37,10 +37,7 @@ func TestWakerSendsOncePerGranuleNeverEarly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	run(t, w)
 
 	// A granule boundary half a second out, and one three granules later.
 	first := time.Now().Add(500 * time.Millisecond).Truncate(g).Add(g)
@@ -114,10 +111,7 @@ func TestWakeStartsAJobRiverWouldPollFor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); w.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	run(t, w)
 	if err := client.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +127,12 @@ func TestWakeStartsAJobRiverWouldPollFor(t *testing.T) {
 	fleettest.WaitFor(t, 30*time.Second, "the snoozed job to run again", func() (bool, string) {
 		return runs.Load() == 2, fleettest.Statusf("%d runs, %d wake-ups sent", runs.Load(), w.Sent())
 	})
+}
+
+// run runs w until the test ends.
+func run(t *testing.T, w *fetchwake.Waker) {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
 }
