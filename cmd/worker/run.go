@@ -71,7 +71,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.String(&fc.RiverSynchronousCommit, "river-synchronous-commit", "FF_RIVER_SYNCHRONOUS_COMMIT", "off", "synchronous_commit of River's own bookkeeping (job fetch, completion, leadership): a state lost in a crash only re-runs a job")
 	f.Duration(&fc.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "least time between two fetches of row jobs")
 	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: only rows already due)")
-	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll (scheduled promotions become due on a poll)")
+	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll; jobs waiting for their time are woken by the fleet itself, except with --poll-only")
 	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
 	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")

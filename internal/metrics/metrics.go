@@ -139,7 +139,7 @@ var statDescs = []struct {
 	{"rows_examined_total", "Due rows read by partition scans.", func(s workers.Snapshot) int64 { return s.Examined }},
 	{"row_jobs_enqueued_total", "Row jobs inserted by scans.", func(s workers.Snapshot) int64 { return s.Enqueued }},
 	{"row_jobs_enqueued_ahead_total", "Row jobs inserted before their row's deadline, to start at it (a subset of row_jobs_enqueued_total).", func(s workers.Snapshot) int64 { return s.EnqueuedAhead }},
-	{"row_jobs_already_queued_total", "Due rows whose row job was already queued (unique skip).", func(s workers.Snapshot) int64 { return s.AlreadyQueued }},
+	{"row_jobs_already_queued_total", "Rows whose row job was already queued (River's unique skip, or a job this process saw queued for a later start).", func(s workers.Snapshot) int64 { return s.AlreadyQueued }},
 	{"actions_applied_total", "Row actions that changed their row.", func(s workers.Snapshot) int64 { return s.Applied }},
 	{"actions_noop_total", "Row actions whose row no longer qualified under lock.", func(s workers.Snapshot) int64 { return s.NoOps }},
 	{"row_jobs_snoozed_total", "Row jobs that started before their row was due and snoozed until it.", func(s workers.Snapshot) int64 { return s.Snoozes }},
