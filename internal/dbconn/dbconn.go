@@ -16,8 +16,9 @@ import (
 )
 
 // DefaultURL is used when no database URL is configured: the local server
-// that `make run` starts or finds.
-const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres"
+// that `make run` starts or finds, over loopback, where TLS would only cost
+// CPU on both ends (see scripts/ensure-postgres.sh).
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 var urlPasswordRE = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
 

@@ -7,7 +7,7 @@
 // which takes a fraction of that. Databases are dropped when the test ends.
 //
 // The server is TEST_DATABASE_URL, else DATABASE_URL, else
-// postgres://postgres@127.0.0.1:5432/postgres.
+// dbconn.DefaultURL (the local server, without TLS).
 package testdb
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
 
@@ -39,7 +40,7 @@ func AdminURL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
-	return "postgres://postgres@127.0.0.1:5432/postgres"
+	return dbconn.DefaultURL
 }
 
 // WithDatabase returns base with its database name replaced by name.
