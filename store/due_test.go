@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 
@@ -120,6 +121,34 @@ func TestDuePartitionsHorizon(t *testing.T) {
 				}
 				if len(got) != len(tt.want) || (len(got) > 0 && !slices.Equal(got, tt.want)) {
 					t.Fatalf("due partitions = %v; want %v", got, tt.want)
+				}
+			})
+		}
+	}
+	// The counts a tick takes of its busy partitions: rows due at now, per
+	// partition asked for (0 for none), with the filter applied.
+	counts := map[string]store.DueCountsQuery{
+		"lease":      store.CountDueLeases,
+		"suspension": store.CountDueSuspensions,
+		"promotion":  store.CountDuePromotions,
+	}
+	parts := []int16{3, 7, 12, 20, 40, 99}
+	for name, fn := range counts {
+		for _, tt := range []struct {
+			name   string
+			filter store.Filter
+			want   map[int16]int
+		}{
+			{"All", store.Filter{}, map[int16]int{3: 1, 7: 2, 12: 1, 20: 0, 40: 1, 99: 0}},
+			{"NothingOutsideFilter", store.Filter{Namespace: "other"}, map[int16]int{3: 0, 7: 0, 12: 0, 20: 0, 40: 0, 99: 0}},
+		} {
+			t.Run(name+"/Count"+tt.name, func(t *testing.T) {
+				got, err := fn(ctx, db.Pool, now, parts, tt.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !maps.Equal(got, tt.want) {
+					t.Fatalf("due counts = %v; want %v", got, tt.want)
 				}
 			})
 		}

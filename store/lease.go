@@ -13,22 +13,38 @@ import (
 // plus its lookahead. Index: ff_attempt (partition_key, lease_expires_at_ms)
 // WHERE lease_expires_at_ms IS NOT NULL, one probe per partition.
 func DueLeasePartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs, fromMs}
-	probe := `SELECT 1 FROM ff_attempt a WHERE a.partition_key = s.p
-	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3`
-	if !f.Empty() {
-		var cond string
-		cond, args = f.sql(args)
-		probe = `SELECT 1 FROM ff_attempt a
-		  JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-		 WHERE a.partition_key = s.p
-		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3` + cond
-	}
+	probe, args := leaseProbe([]any{partitionCount, horizonMs, fromMs}, f)
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with expired leases: %w", err)
 	}
 	return parts, nil
+}
+
+// CountDueLeases returns, for each of parts, the number of its attempts whose
+// lease expired before nowMs and whose execution passes f. Same index as
+// DueLeasePartitions; the cost is O(expired leases of parts).
+func CountDueLeases(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
+	probe, args := leaseProbe([]any{parts, nowMs, NoLowerBound}, f)
+	n, err := countDue(ctx, db, probe, args)
+	if err != nil {
+		return nil, fmt.Errorf("count expired leases: %w", err)
+	}
+	return n, nil
+}
+
+// leaseProbe is the lease-expiry probe of partition s.p for leases expiring
+// in [$3, $2), with f's conditions appended to args.
+func leaseProbe(args []any, f Filter) (string, []any) {
+	if f.Empty() {
+		return `SELECT 1 FROM ff_attempt a WHERE a.partition_key = s.p
+	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3`, args
+	}
+	cond, args := f.sql(args)
+	return `SELECT 1 FROM ff_attempt a
+		  JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
+		 WHERE a.partition_key = s.p
+		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3` + cond, args
 }
 
 // ExpiredLease is one attempt whose lease has lapsed.

@@ -27,14 +27,32 @@ const promotableSQL = `e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $2
 // deadline_at_ms) per partition; see promotableSQL for what a probe reads (a
 // lower bound also skips the rows whose deadline passed before it).
 func DuePromotionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs, fromMs}
-	cond, args := f.sql(args)
-	probe := `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND e.deadline_at_ms >= $3 AND ` + promotableSQL + cond
+	probe, args := promotionProbe([]any{partitionCount, horizonMs, fromMs}, f)
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with due delayed executions: %w", err)
 	}
 	return parts, nil
+}
+
+// CountDuePromotions returns, for each of parts, the number of its delayed
+// executions whose delay-until is at or before nowMs and which pass f. Same
+// index as DuePromotionPartitions; the cost is O(rows of parts whose
+// deadline_at_ms has passed).
+func CountDuePromotions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
+	probe, args := promotionProbe([]any{parts, nowMs, NoLowerBound}, f)
+	n, err := countDue(ctx, db, probe, args)
+	if err != nil {
+		return nil, fmt.Errorf("count due delayed executions: %w", err)
+	}
+	return n, nil
+}
+
+// promotionProbe is the delayed-promotion probe of partition s.p for
+// delay-untils in [$3, $2], with f's conditions appended to args.
+func promotionProbe(args []any, f Filter) (string, []any) {
+	cond, args := f.sql(args)
+	return `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND e.deadline_at_ms >= $3 AND ` + promotableSQL + cond, args
 }
 
 // DuePromotion is one delayed execution whose delay-until has passed.

@@ -97,6 +97,35 @@ func partitionsSQL(probe string) string {
 	 CROSS JOIN LATERAL (` + probe + ` LIMIT 1) AS due`
 }
 
+// countsSQL turns the same probe into a count of its rows for each partition
+// in $1 (a smallint[]): O(rows the probes match), one index range each.
+func countsSQL(probe string) string {
+	return `SELECT s.p, (SELECT count(*) FROM (` + probe + `) AS due) FROM unnest($1::smallint[]) AS s(p)`
+}
+
+// DueCountsQuery is a CountDue* function: for each of parts, how many of its
+// rows are due at nowMs and pass f.
+type DueCountsQuery func(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error)
+
+// countDue runs countsSQL(probe) over parts. probe is a reconciler's
+// partition probe built for args [$1, nowMs, NoLowerBound, filter values…].
+func countDue(ctx context.Context, db DB, probe string, args []any) (map[int16]int, error) {
+	rows, err := db.Query(ctx, countsSQL(probe), args...)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int16]int{}
+	var (
+		p int16
+		n int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+		out[p] = int(n)
+		return nil
+	})
+	return out, err
+}
+
 func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {
 	if err != nil {
 		return nil, err

@@ -14,19 +14,37 @@ import (
 // (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL, one probe
 // per partition.
 func DueSuspensionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount, horizonMs, fromMs}
-	from, cond := `ff_suspension_current su`, ""
-	if !f.Empty() {
-		cond, args = f.sql(args)
-		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
-	}
-	probe := `SELECT 1 FROM ` + from + ` WHERE su.partition_key = s.p
-	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2 AND su.timeout_at_ms >= $3` + cond
+	probe, args := suspensionProbe([]any{partitionCount, horizonMs, fromMs}, f)
 	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
 	if err != nil {
 		return nil, fmt.Errorf("find partitions with timed-out suspensions: %w", err)
 	}
 	return parts, nil
+}
+
+// CountDueSuspensions returns, for each of parts, the number of its
+// suspensions whose timeout lapsed before nowMs and whose execution passes f.
+// Same index as DueSuspensionPartitions; the cost is O(timed-out suspensions
+// of parts).
+func CountDueSuspensions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
+	probe, args := suspensionProbe([]any{parts, nowMs, NoLowerBound}, f)
+	n, err := countDue(ctx, db, probe, args)
+	if err != nil {
+		return nil, fmt.Errorf("count timed-out suspensions: %w", err)
+	}
+	return n, nil
+}
+
+// suspensionProbe is the suspension-timeout probe of partition s.p for
+// timeouts in [$3, $2), with f's conditions appended to args.
+func suspensionProbe(args []any, f Filter) (string, []any) {
+	from, cond := `ff_suspension_current su`, ""
+	if !f.Empty() {
+		cond, args = f.sql(args)
+		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
+	}
+	return `SELECT 1 FROM ` + from + ` WHERE su.partition_key = s.p
+	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2 AND su.timeout_at_ms >= $3` + cond, args
 }
 
 // ExpiredSuspension is one suspension whose timeout has lapsed.

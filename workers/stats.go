@@ -23,10 +23,14 @@ type Counters struct {
 	// PartitionsBusy are due partitions a tick skipped because row jobs of
 	// theirs were still queued.
 	PartitionsBusy atomic.Int64
-	Scans          atomic.Int64 // partition scans run
-	Continuations  atomic.Int64 // scans that enqueued their own continuation
-	Examined       atomic.Int64 // due rows read by scans
-	Enqueued       atomic.Int64 // row jobs inserted
+	// BusyRescans are busy partitions a tick scanned all the same because
+	// they held more due rows than unfinished row jobs: rows no scan had
+	// enqueued, which skipping would leave waiting until the queue drained.
+	BusyRescans   atomic.Int64
+	Scans         atomic.Int64 // partition scans run
+	Continuations atomic.Int64 // scans that enqueued their own continuation
+	Examined      atomic.Int64 // due rows read by scans
+	Enqueued      atomic.Int64 // row jobs inserted
 	// EnqueuedAhead are the row jobs among Enqueued inserted before their
 	// row's deadline, to start at it.
 	EnqueuedAhead atomic.Int64
@@ -45,6 +49,7 @@ type Snapshot struct {
 	Ticks          int64 `json:"ticks"`
 	PartitionsDue  int64 `json:"partitions_due"`
 	PartitionsBusy int64 `json:"partitions_busy"`
+	BusyRescans    int64 `json:"busy_rescans"`
 	Scans          int64 `json:"scans"`
 	Continuations  int64 `json:"continuations"`
 	Examined       int64 `json:"examined"`
@@ -61,7 +66,7 @@ type Snapshot struct {
 // Snapshot copies the counters.
 func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{
-		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), Scans: c.Scans.Load(),
+		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), BusyRescans: c.BusyRescans.Load(), Scans: c.Scans.Load(),
 		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(), EnqueuedAhead: c.EnqueuedAhead.Load(),
 		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
 		Skipped: c.Skipped.Load(), Snoozes: c.Snoozes.Load(), Errors: c.Errors.Load(),

@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -320,6 +319,8 @@ type tickWindow struct {
 	// notYetDue returns the partitions holding rows due at or after nowMs
 	// and by the horizon; nil without a lookahead.
 	notYetDue func(ctx context.Context) (map[int16]bool, error)
+	// dueCounts returns, for each of parts, its rows due at nowMs.
+	dueCounts func(ctx context.Context, parts []int16) (map[int16]int, error)
 }
 
 // dueQuery is a store.Due*Partitions function.
@@ -333,9 +334,13 @@ type dueQuery func(ctx context.Context, db store.DB, fromMs, horizonMs int64, pa
 // time from a scan late in the burst. The second query (a cached generic
 // plan, ~3 ms) runs only when the window holds anything, so an idle fleet
 // pays nothing for it; a third, for the partitions holding rows not yet due
-// (notYetDue), only when fanOut finds a due partition busy.
-func (d *deps) duePartitions(ctx context.Context, name string, query dueQuery) (tickWindow, error) {
+// (notYetDue), and a fourth, counting the busy partitions' due rows
+// (dueCounts), only when fanOut finds a due partition busy.
+func (d *deps) duePartitions(ctx context.Context, name string, query dueQuery, count store.DueCountsQuery) (tickWindow, error) {
 	w := tickWindow{nowMs: store.NowMs()}
+	w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
+		return count(ctx, d.tickDB(), w.nowMs, parts, d.cfg.Filter)
+	}
 	ahead := d.lookahead(name).Milliseconds()
 	parts, err := query(ctx, d.tickDB(), store.NoLowerBound, w.nowMs+ahead, d.cfg.PartitionCount, d.cfg.Filter)
 	if err != nil || ahead == 0 || len(parts) == 0 {
@@ -452,12 +457,16 @@ var rowKinds = map[string]string{
 }
 
 // fanOut inserts one scan job per due partition, except partitions whose row
-// jobs are still waiting in the queue (see store.PartitionsWithQueuedJobs):
-// those are skipped, or, when they hold rows not yet due within the
-// reconciler's lookahead, scanned from the tick's now on (aheadCursor), so
-// those rows are still enqueued ahead. Scans are unique per partition among
-// unfinished jobs, so partitions whose scan is still queued or running are
-// skipped rather than doubled.
+// jobs are still waiting in the queue (busy, see store.QueuedRowJobs): those
+// are skipped, or, when they hold rows not yet due within the reconciler's
+// lookahead, scanned from the tick's now on (aheadCursor), so those rows are
+// still enqueued ahead. A busy partition holding more due rows than
+// unfinished row jobs has rows no scan enqueued (inserted after the tick
+// that would have found them, or left out of every window by late ticks); it
+// is scanned in full, or under a queue that stays behind those rows would
+// wait until it drained (27 s seen at 500 rows/s on 2 cores). Scans are
+// unique per partition among unfinished jobs, so partitions whose scan is
+// still queued or running are skipped rather than doubled.
 func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor) S) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
@@ -467,30 +476,50 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 	}
 	// On the work pool: with a generic plan the planner cannot see that
 	// `args ? 'partition'` matches every row and may pick the args GIN index.
-	busy, err := store.PartitionsWithQueuedJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name])
+	queued, err := store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name], time.UnixMilli(w.nowMs))
 	if err != nil {
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	var notYetDue map[int16]bool
-	if w.notYetDue != nil && slices.ContainsFunc(w.parts, func(p int16) bool { return busy[p] }) {
-		if notYetDue, err = w.notYetDue(ctx); err != nil {
+	busy := func(p int16) bool { return queued[p].Available > 0 }
+	var busyParts []int16
+	for _, p := range w.parts {
+		if busy(p) {
+			busyParts = append(busyParts, p)
+		}
+	}
+	var (
+		notYetDue map[int16]bool
+		dueCount  map[int16]int
+	)
+	if len(busyParts) > 0 {
+		if dueCount, err = w.dueCounts(ctx, busyParts); err != nil {
 			c.Errors.Add(1)
 			return fmt.Errorf("%s: %w", name, err)
 		}
+		if w.notYetDue != nil {
+			if notYetDue, err = w.notYetDue(ctx); err != nil {
+				c.Errors.Add(1)
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
 	}
 	params := make([]river.InsertManyParams, 0, len(w.parts))
-	aheadOnly := 0
+	aheadOnly, rescans := 0, 0
 	for _, p := range w.parts {
 		switch {
-		case !busy[p]:
+		case !busy(p):
 			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
+		case dueCount[p] > queued[p].Available+queued[p].Running:
+			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
+			rescans++
 		case notYetDue[p]:
 			params = append(params, river.InsertManyParams{Args: scan(p, aheadCursor(w.nowMs))})
 			aheadOnly++
 		}
 	}
 	c.PartitionsBusy.Add(int64(len(w.parts) - len(params)))
+	c.BusyRescans.Add(int64(rescans))
 	if len(params) == 0 {
 		return nil
 	}
@@ -507,7 +536,7 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		}
 	}
 	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(w.parts),
-		"partitions_busy", len(w.parts)-len(params), "busy_scanned_ahead_only", aheadOnly,
+		"partitions_busy", len(w.parts)-len(params), "busy_scanned_ahead_only", aheadOnly, "busy_rescanned", rescans,
 		"scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
 	return nil
 }
