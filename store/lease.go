@@ -25,12 +25,7 @@ func DueLeasePartitions(ctx context.Context, db DB, fromMs, horizonMs int64, par
 // lease expired before nowMs and whose execution passes f. Same index as
 // DueLeasePartitions; the cost is O(expired leases of parts).
 func CountDueLeases(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	probe, args := leaseProbe([]any{parts, nowMs, NoLowerBound}, f)
-	n, err := countDue(ctx, db, probe, args)
-	if err != nil {
-		return nil, fmt.Errorf("count expired leases: %w", err)
-	}
-	return n, nil
+	return countDue(ctx, db, leaseProbe, parts, nowMs, f, "expired leases")
 }
 
 // leaseProbe is the lease-expiry probe of partition s.p for leases expiring

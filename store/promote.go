@@ -40,12 +40,7 @@ func DuePromotionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64,
 // index as DuePromotionPartitions; the cost is O(rows of parts whose
 // deadline_at_ms has passed).
 func CountDuePromotions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	probe, args := promotionProbe([]any{parts, nowMs, NoLowerBound}, f)
-	n, err := countDue(ctx, db, probe, args)
-	if err != nil {
-		return nil, fmt.Errorf("count due delayed executions: %w", err)
-	}
-	return n, nil
+	return countDue(ctx, db, promotionProbe, parts, nowMs, f, "due delayed executions")
 }
 
 // promotionProbe is the delayed-promotion probe of partition s.p for

@@ -107,23 +107,31 @@ func countsSQL(probe string) string {
 // rows are due at nowMs and pass f.
 type DueCountsQuery func(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error)
 
-// countDue runs countsSQL(probe) over parts. probe is a reconciler's
-// partition probe built for args [$1, nowMs, NoLowerBound, filter values…].
-func countDue(ctx context.Context, db DB, probe string, args []any) (map[int16]int, error) {
-	rows, err := db.Query(ctx, countsSQL(probe), args...)
+// probeFunc builds a reconciler's partition probe of s.p for rows due by $2
+// (with the reconciler's own comparison) and not before $3, appending f's
+// conditions to args.
+type probeFunc func(args []any, f Filter) (string, []any)
+
+// countDue runs countsSQL over parts with the probe of rows due at nowMs;
+// what names the rows in the error.
+func countDue(ctx context.Context, db DB, probe probeFunc, parts []int16, nowMs int64, f Filter, what string) (map[int16]int, error) {
+	q, args := probe([]any{parts, nowMs, NoLowerBound}, f)
+	rows, err := db.Query(ctx, countsSQL(q), args...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("count %s: %w", what, err)
 	}
 	out := map[int16]int{}
 	var (
 		p int16
 		n int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&p, &n}, func() error {
 		out[p] = int(n)
 		return nil
-	})
-	return out, err
+	}); err != nil {
+		return nil, fmt.Errorf("count %s: %w", what, err)
+	}
+	return out, nil
 }
 
 func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {

@@ -27,12 +27,7 @@ func DueSuspensionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64
 // Same index as DueSuspensionPartitions; the cost is O(timed-out suspensions
 // of parts).
 func CountDueSuspensions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	probe, args := suspensionProbe([]any{parts, nowMs, NoLowerBound}, f)
-	n, err := countDue(ctx, db, probe, args)
-	if err != nil {
-		return nil, fmt.Errorf("count timed-out suspensions: %w", err)
-	}
-	return n, nil
+	return countDue(ctx, db, suspensionProbe, parts, nowMs, f, "timed-out suspensions")
 }
 
 // suspensionProbe is the suspension-timeout probe of partition s.p for

@@ -77,6 +77,17 @@ func startLookingAhead(t *testing.T, db *testdb.DB, reconciler string, margin ti
 	return f, c
 }
 
+// startBusy is startLookingAhead with the rows queue paused: row jobs stay
+// available, so their partitions stay busy.
+func startBusy(t *testing.T, db *testdb.DB, reconciler string, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
+	t.Helper()
+	f, c := startLookingAhead(t, db, reconciler, margin)
+	if err := f.Client.QueuePause(context.Background(), jobs.QueueRows, nil); err != nil {
+		t.Fatal(err)
+	}
+	return f, c
+}
+
 // TestRowsFallingDueSoonStartAtTheirDeadline: a tick finds a row due within
 // its lookahead and enqueues its row job at once, scheduled one millisecond
 // after the deadline; the job starts no earlier than that and applies the
@@ -180,10 +191,7 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f, c := startLookingAhead(t, db, tt.reconciler, 3*time.Second)
-			if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
-				t.Fatal(err)
-			}
+			f, c := startBusy(t, db, tt.reconciler, 3*time.Second)
 			jobOf := func(id string) (state string, scheduledAt time.Time) {
 				err := db.Pool.QueryRow(ctx, `SELECT state, scheduled_at FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`,
 					tt.rowKind, id).Scan(&state, &scheduledAt)

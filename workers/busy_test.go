@@ -26,10 +26,7 @@ func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f, c := startLookingAhead(t, db, tt.reconciler, 500*time.Millisecond)
-			if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
-				t.Fatal(err)
-			}
+			f, c := startBusy(t, db, tt.reconciler, 500*time.Millisecond)
 			queued := func() int {
 				var n int
 				if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state = 'available'`,

@@ -533,7 +533,7 @@ func TestFleetChaos(t *testing.T) {
 		}
 	}
 	if pj := rep.Pinned; pj != nil {
-		err := pool.QueryRow(ctx, `SELECT state::text, errors::text LIKE '%rescued by JobRescuer%' FROM river.river_job WHERE id = $1`,
+		err := pool.QueryRow(ctx, `SELECT state::text, COALESCE(errors::text LIKE '%rescued by JobRescuer%', false) FROM river.river_job WHERE id = $1`,
 			pj.JobID).Scan(&pj.FinalState, &pj.Rescued)
 		if err != nil {
 			t.Fatal(err)
