@@ -5,10 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestBusyPartitionRescansRowsNoScanEnqueued: a partition whose row jobs wait
@@ -67,5 +69,27 @@ func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 				return tt.acted(t, db.Pool, 5, first) && tt.acted(t, db.Pool, 5, late), fleettest.Statusf("%+v", c.Snapshot())
 			})
 		})
+	}
+}
+
+// TestBusyCancelPartitionIsSkipped: the cancel reconcilers have no due-row
+// counts; a tick that finds one of their partitions busy (the rows queue
+// paused, the group's dispatch job waiting) skips it without an error, as
+// before busy rescans existed.
+func TestBusyCancelPartitionIsSkipped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelDispatch)})
+	if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Workers.Stats().For(workers.CancelDispatch)
+	insertGroup(t, db.Pool, 9, 1, false, false, "")
+	fleettest.WaitFor(t, 30*time.Second, "two ticks skipping the busy partition", func() (bool, string) {
+		return c.PartitionsBusy.Load() >= 2, fleettest.Statusf("%+v", c.Snapshot())
+	})
+	if st := c.Snapshot(); st.Errors != 0 || st.BusyRescans != 0 {
+		t.Fatalf("stats %+v; want no error and no rescan", st)
 	}
 }

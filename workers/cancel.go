@@ -42,13 +42,15 @@ func groupCursor(g store.PendingCancelGroup) jobs.ScanCursor {
 }
 
 // duePendingCancelPartitions runs the probe shared by both ticks.
-func duePendingCancelPartitions(ctx context.Context, d *deps, name string) ([]int16, error) {
+func duePendingCancelPartitions(ctx context.Context, d *deps, name string) (tickWindow, error) {
+	w := tickWindow{nowMs: store.NowMs()}
 	parts, err := store.DuePendingCancelPartitions(ctx, d.tickDB(), d.cfg.PartitionCount, d.cfg.Filter)
 	if err != nil {
 		d.cfg.Stats.For(name).Errors.Add(1)
-		return nil, err
+		return w, err
 	}
-	return parts, nil
+	w.parts = parts
+	return w, nil
 }
 
 // ---- dispatch ----
@@ -65,11 +67,11 @@ func (w *cancelDispatchTickWorker) Timeout(*river.Job[jobs.CancelDispatchTickArg
 }
 
 func (w *cancelDispatchTickWorker) Work(ctx context.Context, _ *river.Job[jobs.CancelDispatchTickArgs]) error {
-	parts, err := duePendingCancelPartitions(ctx, w.d, CancelDispatch)
+	win, err := duePendingCancelPartitions(ctx, w.d, CancelDispatch)
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelDispatch, tickWindow{parts: parts}, func(p int16, after *jobs.ScanCursor) jobs.CancelDispatchScanArgs {
+	return fanOut(ctx, w.d, CancelDispatch, win, func(p int16, after *jobs.ScanCursor) jobs.CancelDispatchScanArgs {
 		return jobs.CancelDispatchScanArgs{Partition: p, After: after}
 	})
 }
@@ -174,11 +176,11 @@ func (w *cancelReconcileTickWorker) Timeout(*river.Job[jobs.CancelReconcileTickA
 }
 
 func (w *cancelReconcileTickWorker) Work(ctx context.Context, _ *river.Job[jobs.CancelReconcileTickArgs]) error {
-	parts, err := duePendingCancelPartitions(ctx, w.d, CancelReconcile)
+	win, err := duePendingCancelPartitions(ctx, w.d, CancelReconcile)
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelReconcile, tickWindow{parts: parts}, func(p int16, after *jobs.ScanCursor) jobs.CancelReconcileScanArgs {
+	return fanOut(ctx, w.d, CancelReconcile, win, func(p int16, after *jobs.ScanCursor) jobs.CancelReconcileScanArgs {
 		return jobs.CancelReconcileScanArgs{Partition: p, After: after}
 	})
 }

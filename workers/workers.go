@@ -319,7 +319,8 @@ type tickWindow struct {
 	// notYetDue returns the partitions holding rows due at or after nowMs
 	// and by the horizon; nil without a lookahead.
 	notYetDue func(ctx context.Context) (map[int16]bool, error)
-	// dueCounts returns, for each of parts, its rows due at nowMs.
+	// dueCounts returns, for each of parts, its rows due at nowMs; nil for
+	// the cancel reconcilers, whose busy partitions are always skipped.
 	dueCounts func(ctx context.Context, parts []int16) (map[int16]int, error)
 }
 
@@ -493,9 +494,11 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		dueCount  map[int16]int
 	)
 	if len(busyParts) > 0 {
-		if dueCount, err = w.dueCounts(ctx, busyParts); err != nil {
-			c.Errors.Add(1)
-			return fmt.Errorf("%s: %w", name, err)
+		if w.dueCounts != nil {
+			if dueCount, err = w.dueCounts(ctx, busyParts); err != nil {
+				c.Errors.Add(1)
+				return fmt.Errorf("%s: %w", name, err)
+			}
 		}
 		if w.notYetDue != nil {
 			if notYetDue, err = w.notYetDue(ctx); err != nil {
