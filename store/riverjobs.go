@@ -50,37 +50,6 @@ func QueuedRowJobs(ctx context.Context, db DB, riverSchema, queue, kind string, 
 	return out, nil
 }
 
-// QueuedScans returns the partitions holding a scan job of kind in queue
-// that can still run (available, pending, running, retryable or scheduled:
-// the states its uniqueness covers) and starts at the partition's first due
-// row (no "after" cursor). A tick leaves those partitions out of its insert
-// instead of letting River's unique insert find them: on a conflict that
-// insert updates and so locks the existing job, and River's completer,
-// finishing a batch of scans in its own order, then deadlocked with it
-// (twice in one benchmark run). Index: river_job (state, queue, priority,
-// scheduled_at, id), River's fetch index — the cost is O(unfinished jobs of
-// the queue).
-func QueuedScans(ctx context.Context, db DB, riverSchema, queue, kind string) (map[int16]bool, error) {
-	rows, err := db.Query(ctx, `
-		SELECT DISTINCT (args->>'partition')::smallint
-		  FROM `+pgx.Identifier{riverSchema, "river_job"}.Sanitize()+`
-		 WHERE state IN ('available', 'pending', 'running', 'retryable', 'scheduled') AND queue = $1 AND kind = $2
-		   AND args ? 'partition' AND NOT args ? 'after'`, queue, kind)
-	if err != nil {
-		return nil, fmt.Errorf("queued %s jobs: %w", kind, err)
-	}
-	out := map[int16]bool{}
-	var p int16
-	_, err = pgx.ForEachRow(rows, []any{&p}, func() error {
-		out[p] = true
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("queued %s jobs: %w", kind, err)
-	}
-	return out, nil
-}
-
 // Notify sends one notification on channel with payload (pg_notify), in its
 // own transaction: listeners receive it at once.
 func Notify(ctx context.Context, db DB, channel, payload string) error {

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/riverqueue/river"
-
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -93,47 +91,5 @@ func TestBusyCancelPartitionIsSkipped(t *testing.T) {
 	})
 	if st := c.Snapshot(); st.Errors != 0 || st.BusyRescans != 0 {
 		t.Fatalf("stats %+v; want no error and no rescan", st)
-	}
-}
-
-// TestQueuedScanIsLeftOutOfTheInsert: a partition whose scan job has not run
-// yet is left out of the tick's insert instead of being offered to River's
-// unique insert, which on a conflict updates, and so locks, the existing job
-// (River's completer, finishing scans in its own order, deadlocked with such
-// inserts). The scan waits as a scheduled job with the tick's own args; the
-// ticks that find its partition due leave that job's row version (xmin)
-// untouched and add no second scan. Without the check each tick rewrote it.
-func TestQueuedScanIsLeftOutOfTheInsert(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelDispatch)})
-	c := f.Workers.Stats().For(workers.CancelDispatch)
-	res, err := f.Client.Insert(ctx, jobs.CancelDispatchScanArgs{Partition: 9}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xmin := func() string {
-		var x string
-		if err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE id = $1`, res.Job.ID).Scan(&x); err != nil {
-			t.Fatal(err)
-		}
-		return x
-	}
-	before := xmin()
-	insertGroup(t, db.Pool, 9, 1, false, false, "")
-	ticks := c.Ticks.Load()
-	fleettest.WaitFor(t, 30*time.Second, "two ticks finding the partition due", func() (bool, string) {
-		return c.Ticks.Load() >= ticks+2 && c.PartitionsDue.Load() >= 2, fleettest.Statusf("%+v", c.Snapshot())
-	})
-	if after := xmin(); after != before {
-		t.Fatalf("the queued scan job was rewritten by a tick (xmin %s, then %s): the insert offered its partition again", before, after)
-	}
-	var n int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind = $1`, jobs.KindCancelDispatchScan).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if st := c.Snapshot(); n != 1 || st.Errors != 0 || st.PartitionsBusy != 0 {
-		t.Fatalf("%d scan jobs, stats %+v; want the one queued scan, no error, no partition counted busy", n, st)
 	}
 }

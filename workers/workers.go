@@ -457,15 +457,6 @@ var rowKinds = map[string]string{
 	CancelReconcile:   jobs.KindCancelReconcile,
 }
 
-// scanKinds maps each reconciler to the kind of its partition scans.
-var scanKinds = map[string]string{
-	LeaseExpiry:       jobs.KindLeaseExpiryScan,
-	SuspensionTimeout: jobs.KindSuspensionTimeoutScan,
-	DelayedPromotion:  jobs.KindDelayedPromotionScan,
-	CancelDispatch:    jobs.KindCancelDispatchScan,
-	CancelReconcile:   jobs.KindCancelReconcileScan,
-}
-
 // fanOut inserts one scan job per due partition, except partitions whose row
 // jobs are still waiting in the queue (busy, see store.QueuedRowJobs): those
 // are skipped, or, when they hold rows not yet due within the reconciler's
@@ -475,9 +466,8 @@ var scanKinds = map[string]string{
 // that would have found them, or left out of every window by late ticks); it
 // is scanned in full, or under a queue that stays behind those rows would
 // wait until it drained (27 s seen at 500 rows/s on 2 cores). Scans are
-// unique per partition among unfinished jobs; partitions whose scan is still
-// queued or running are left out before the insert (store.QueuedScans), so
-// the insert never locks an existing scan job.
+// unique per partition among unfinished jobs, so partitions whose scan is
+// still queued or running are skipped rather than doubled.
 func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor) S) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
@@ -517,39 +507,21 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 			}
 		}
 	}
-	scans, err := store.QueuedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueControl, scanKinds[name])
-	if err != nil {
-		c.Errors.Add(1)
-		return fmt.Errorf("%s: %w", name, err)
-	}
 	params := make([]river.InsertManyParams, 0, len(w.parts))
-	aheadOnly, rescans, scanQueued := 0, 0, 0
+	aheadOnly, rescans := 0, 0
 	for _, p := range w.parts {
-		var after *jobs.ScanCursor
-		rescan := false
 		switch {
 		case !busy(p):
+			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
 		case dueCount[p] > queued[p].Available+queued[p].Running:
-			rescan = true
-		case notYetDue[p]:
-			after = aheadCursor(w.nowMs)
-		default:
-			continue
-		}
-		if after == nil && scans[p] {
-			// Its scan has not run yet or is running: it finds the rows.
-			scanQueued++
-			continue
-		}
-		params = append(params, river.InsertManyParams{Args: scan(p, after)})
-		switch {
-		case rescan:
+			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
 			rescans++
-		case after != nil:
+		case notYetDue[p]:
+			params = append(params, river.InsertManyParams{Args: scan(p, aheadCursor(w.nowMs))})
 			aheadOnly++
 		}
 	}
-	c.PartitionsBusy.Add(int64(len(w.parts) - len(params) - scanQueued))
+	c.PartitionsBusy.Add(int64(len(w.parts) - len(params)))
 	c.BusyRescans.Add(int64(rescans))
 	if len(params) == 0 {
 		return nil
@@ -568,7 +540,7 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 	}
 	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(w.parts),
 		"partitions_busy", len(w.parts)-len(params), "busy_scanned_ahead_only", aheadOnly, "busy_rescanned", rescans,
-		"scans_enqueued", len(params)-skipped, "scans_already_queued", skipped+scanQueued)
+		"scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
 	return nil
 }
 
