@@ -50,7 +50,7 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 	if err := leaseScenario.seed(ctx, e, 0, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
-	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
 

@@ -43,7 +43,7 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 		if err := leaseScenario.seed(ctx, e, jobs.PartitionCount, c.rows); err != nil {
 			return res, err
 		}
-		if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+		if err := e.settle(ctx, true); err != nil {
 			return res, err
 		}
 		if *c.out, err = e.medianTick(ctx); err != nil {
@@ -72,7 +72,7 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	if err := leaseScenario.seed(ctx, e, e.cfg.Backlog, 0); err != nil {
 		return res, err
 	}
-	if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
+	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
 	rate, stats, err := e.runOurs(ctx, jobs.ReconcilerLeaseExpiry, e.cfg.Backlog, func(ctx context.Context) (int, error) {

@@ -73,8 +73,8 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		if err := sc.seed(ctx, e, due, notDue); err != nil {
 			return fmt.Errorf("seed: %w", err)
 		}
-		if _, err := e.pool.Exec(ctx, "ANALYZE"); err != nil {
-			return fmt.Errorf("analyze: %w", err)
+		if err := e.settle(ctx, false); err != nil {
+			return err
 		}
 		return nil
 	}
