@@ -235,8 +235,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 // fresh copy of it (see reset).
 func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	tmpl := cfg.DBName + "_tmpl"
+	e := &env{cfg: cfg, log: cfg.Logger}
+	// Leftovers of an interrupted run go first.
 	if err := adminExec(ctx, cfg.AdminURL,
 		"DROP DATABASE IF EXISTS "+pgx.Identifier{cfg.DBName}.Sanitize()+" WITH (FORCE)",
+		"DROP DATABASE IF EXISTS "+pgx.Identifier{e.smallDBName()}.Sanitize()+" WITH (FORCE)",
 		"DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)",
 		"CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		return nil, nil, err
@@ -261,7 +264,7 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	e := &env{cfg: cfg, url: url, log: cfg.Logger}
+	e.url = url
 	cleanup := func() {
 		e.close()
 		_ = adminExec(context.Background(), cfg.AdminURL,
@@ -289,16 +292,19 @@ func adminExec(ctx context.Context, adminURL string, stmts ...string) error {
 	return nil
 }
 
+// smallDBName is the database the scale section keeps its small table in
+// while it loads the large one.
+func (e *env) smallDBName() string { return e.cfg.DBName + "_small" }
+
 // settle readies freshly loaded rows for a measurement: planner statistics
 // (and, with vacuum, the visibility map and hint bits a long-lived table has),
 // then a CHECKPOINT, so the measured design does not also pay for writing out
 // the rows just loaded. A load is larger than a default shared_buffers
 // (128 MB): without the checkpoint, backends evict its dirty pages themselves
 // during the measurement, at a cost that depends on where the checkpointer
-// happens to be. The scale section's tick query with 1M not-due rows took
-// 0.97x and 1.62x of its 10k figure in two runs of the same build that way.
-// A role that may not CHECKPOINT (PostgreSQL 15: superuser or pg_checkpoint)
-// still gets its benchmark, with one warning.
+// happens to be, and the designs compared do not pay alike. A role that may
+// not CHECKPOINT (PostgreSQL 15: superuser or pg_checkpoint) still gets its
+// benchmark, with one warning.
 func (e *env) settle(ctx context.Context, vacuum bool) error {
 	stmt := "ANALYZE"
 	if vacuum {
