@@ -75,11 +75,21 @@ func TestSettle(t *testing.T) {
 	}
 }
 
-// checkpoints is the server's count of requested checkpoints.
+// checkpoints is the server's count of requested checkpoints (in
+// pg_stat_checkpointer from PostgreSQL 17 on).
 func checkpoints(t *testing.T, db *testdb.DB) int64 {
 	t.Helper()
+	ctx := context.Background()
+	var version int
+	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	q := `SELECT checkpoints_req FROM pg_stat_bgwriter`
+	if version >= 170000 {
+		q = `SELECT num_requested FROM pg_stat_checkpointer`
+	}
 	var n int64
-	if err := db.Pool.QueryRow(context.Background(), `SELECT checkpoints_req FROM pg_stat_bgwriter`).Scan(&n); err != nil {
+	if err := db.Pool.QueryRow(ctx, q).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
