@@ -3,14 +3,9 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
@@ -36,7 +31,7 @@ func TestSettle(t *testing.T) {
 			pool := db.Pool
 			table := "settle_" + strings.ToLower(tt.name)
 			if tt.unprivileged {
-				pool = poolAsNewRole(t, db)
+				pool = db.PoolAsNewRole(t)
 			}
 			// The table belongs to the role running settle, so its ANALYZE
 			// covers it either way.
@@ -93,41 +88,4 @@ func checkpoints(t *testing.T, db *testdb.DB) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// poolAsNewRole creates a login role with no privileges beyond PUBLIC's
-// (dropped when t ends) and returns a pool on db as that role.
-func poolAsNewRole(t *testing.T, db *testdb.DB) *pgxpool.Pool {
-	t.Helper()
-	ctx := context.Background()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	role := "ffr_t_role_" + hex.EncodeToString(b)
-	if _, err := db.Pool.Exec(ctx, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN`); err != nil {
-		t.Fatal(err)
-	}
-	// PostgreSQL 15 gives PUBLIC no CREATE on schema public.
-	if _, err := db.Pool.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+pgx.Identifier{role}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.User = role
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		// The role owns a table in db; drop what it owns there first.
-		_, _ = db.Pool.Exec(context.Background(), `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
-		if _, err := db.Pool.Exec(context.Background(), `DROP ROLE `+pgx.Identifier{role}.Sanitize()); err != nil {
-			t.Errorf("drop role %s: %v", role, err)
-		}
-	})
-	return pool
 }

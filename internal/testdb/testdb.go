@@ -204,6 +204,43 @@ func migrateInto(ctx context.Context, dbURL string) error {
 	return migrations.ApplyWorkerTable(ctx, pool, RiverSchema)
 }
 
+// PoolAsNewRole creates a login role with no rights beyond PUBLIC's, except
+// CREATE on d's schema public (PostgreSQL 15 gives PUBLIC none there), and
+// returns a pool on d as that role. Pool, what the role owns in d and the
+// role itself go when t ends.
+func (d *DB) PoolAsNewRole(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	name := "ffr_t_role_" + randomSuffix()
+	role := pgx.Identifier{name}.Sanitize()
+	if _, err := d.Pool.Exec(ctx, `CREATE ROLE `+role+` LOGIN`); err != nil {
+		t.Fatalf("testdb: create role: %v", err)
+	}
+	if _, err := d.Pool.Exec(ctx, `GRANT CREATE ON SCHEMA public TO `+role); err != nil {
+		t.Fatalf("testdb: grant create on schema public: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.User = name
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("testdb: open pool as %s: %v", role, err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx := context.Background()
+		if _, err := d.Pool.Exec(ctx, `DROP OWNED BY `+role); err != nil {
+			t.Errorf("testdb: drop what %s owns: %v", role, err)
+		}
+		if _, err := d.Pool.Exec(ctx, `DROP ROLE `+role); err != nil {
+			t.Errorf("testdb: drop role %s: %v", role, err)
+		}
+	})
+	return pool
+}
+
 func randomSuffix() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
