@@ -16,23 +16,23 @@ import (
 // package store).
 
 func registerCancelDispatch(ws *river.Workers, d *deps) error {
-	if err := river.AddWorkerSafely(ws, &cancelDispatchTickWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &cancelDispatchTickWorker{d: d}); err != nil {
 		return err
 	}
-	if err := river.AddWorkerSafely(ws, &cancelDispatchScanWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &cancelDispatchScanWorker{d: d}); err != nil {
 		return err
 	}
-	return river.AddWorkerSafely(ws, &cancelDispatchWorker{d: d})
+	return addWorker(ws, d, &cancelDispatchWorker{d: d})
 }
 
 func registerCancelReconcile(ws *river.Workers, d *deps) error {
-	if err := river.AddWorkerSafely(ws, &cancelReconcileTickWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &cancelReconcileTickWorker{d: d}); err != nil {
 		return err
 	}
-	if err := river.AddWorkerSafely(ws, &cancelReconcileScanWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &cancelReconcileScanWorker{d: d}); err != nil {
 		return err
 	}
-	return river.AddWorkerSafely(ws, &cancelReconcileWorker{d: d})
+	return addWorker(ws, d, &cancelReconcileWorker{d: d})
 }
 
 func groupKey(g store.PendingCancelGroup) string { return g.FlowID + "/" + g.DownstreamEID }

@@ -12,13 +12,13 @@ import (
 )
 
 func registerLeaseExpiry(ws *river.Workers, d *deps) error {
-	if err := river.AddWorkerSafely(ws, &leaseExpiryTickWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &leaseExpiryTickWorker{d: d}); err != nil {
 		return err
 	}
-	if err := river.AddWorkerSafely(ws, &leaseExpiryScanWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &leaseExpiryScanWorker{d: d}); err != nil {
 		return err
 	}
-	return river.AddWorkerSafely(ws, &leaseReleaseWorker{d: d})
+	return addWorker(ws, d, &leaseReleaseWorker{d: d})
 }
 
 // leaseExpiryTickWorker finds the partitions holding expired leases and

@@ -27,13 +27,13 @@ const (
 )
 
 func registerDelayedPromotion(ws *river.Workers, d *deps) error {
-	if err := river.AddWorkerSafely(ws, &delayedPromotionTickWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &delayedPromotionTickWorker{d: d}); err != nil {
 		return err
 	}
-	if err := river.AddWorkerSafely(ws, &delayedPromotionScanWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &delayedPromotionScanWorker{d: d}); err != nil {
 		return err
 	}
-	return river.AddWorkerSafely(ws, &promoteWorker{d: d})
+	return addWorker(ws, d, &promoteWorker{d: d})
 }
 
 // delayedPromotionTickWorker finds the partitions holding delayed executions

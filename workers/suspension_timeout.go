@@ -11,13 +11,13 @@ import (
 )
 
 func registerSuspensionTimeout(ws *river.Workers, d *deps) error {
-	if err := river.AddWorkerSafely(ws, &suspensionTimeoutTickWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &suspensionTimeoutTickWorker{d: d}); err != nil {
 		return err
 	}
-	if err := river.AddWorkerSafely(ws, &suspensionTimeoutScanWorker{d: d}); err != nil {
+	if err := addWorker(ws, d, &suspensionTimeoutScanWorker{d: d}); err != nil {
 		return err
 	}
-	return river.AddWorkerSafely(ws, &suspensionExpireWorker{d: d})
+	return addWorker(ws, d, &suspensionExpireWorker{d: d})
 }
 
 // suspensionTimeoutTickWorker finds the partitions holding timed-out

@@ -208,15 +208,14 @@ func (s *Set) Stats() *Stats { return s.d.cfg.Stats }
 
 // Hooks returns the hooks for river.Config.Hooks: args of this project's
 // kinds are validated when inserted through the client (the insert fails
-// with the reason) and again when a job starts, which catches jobs inserted
-// by other clients (a non-Go River client, raw SQL). An invalid job is
-// cancelled with its reason, visible in River UI, instead of being retried:
-// it would fail the same way every time.
+// with the reason). They are validated again when a job starts (see
+// validating and Middleware), which catches jobs inserted by other clients
+// (a non-Go River client, raw SQL).
 //
 // Row jobs scheduled within River's scheduler interval are inserted
 // available instead of scheduled (see availableAhead).
 func (s *Set) Hooks() []rivertype.Hook {
-	return []rivertype.Hook{jobs.ValidateOnInsert, river.HookInsertBeginFunc(availableAhead), river.HookWorkBeginFunc(s.validateOnWork)}
+	return []rivertype.Hook{jobs.ValidateOnInsert, river.HookInsertBeginFunc(availableAhead)}
 }
 
 // availableAhead inserts a row job scheduled at most
@@ -245,6 +244,11 @@ func availableAhead(_ context.Context, params *rivertype.JobInsertParams) error 
 // default lock table (max_locks_per_transaction 64 × max_connections 100 =
 // 6,400 slots) and fail with "out of shared memory" next to other work. One
 // at a time they cost ~20 ms each and stay far below it.
+//
+// A job whose args River could not decode never reaches its worker (see
+// validating) and fails before it; the middleware then cancels it with the
+// reason instead of leaving it to River's retries, which would fail the same
+// way every time.
 func (s *Set) Middleware() []rivertype.Middleware {
 	var mu sync.Mutex
 	return []rivertype.Middleware{river.WorkerMiddlewareFunc(
@@ -253,17 +257,53 @@ func (s *Set) Middleware() []rivertype.Middleware {
 				mu.Lock()
 				defer mu.Unlock()
 			}
-			return doInner(ctx)
+			var decoded bool
+			err := doInner(context.WithValue(ctx, argsDecodedKey{}, &decoded))
+			if err != nil && !decoded {
+				if verr := jobs.ValidateEncoded(job.Kind, job.EncodedArgs); verr != nil {
+					return s.d.cancelInvalid(job, verr)
+				}
+			}
+			return err
 		})}
 }
 
-func (s *Set) validateOnWork(_ context.Context, job *rivertype.JobRow) error {
-	err := jobs.ValidateEncoded(job.Kind, job.EncodedArgs)
-	if err == nil {
-		return nil
+// argsDecodedKey carries, from Middleware to validating, the flag saying
+// River decoded the job's args and handed them to the worker.
+type argsDecodedKey struct{}
+
+// validating wraps every worker: it validates the args River has just
+// decoded for it and cancels a job whose args are invalid, with its reason
+// (visible in River UI) instead of retrying it. Validating the decoded value
+// instead of decoding the JSON once more in a work-begin hook saves a
+// decode per job, which was 7 % of the worker's CPU under load.
+type validating[T river.JobArgs] struct {
+	river.Worker[T]
+	d *deps
+}
+
+// Work implements river.Worker.
+func (w *validating[T]) Work(ctx context.Context, job *river.Job[T]) error {
+	if decoded, ok := ctx.Value(argsDecodedKey{}).(*bool); ok {
+		*decoded = true
 	}
-	s.d.cfg.Stats.For(reconcilerOf(job.Kind)).Skipped.Add(1)
-	s.d.log().Warn("cancelling job with invalid args", "kind", job.Kind, "job_id", job.ID,
+	if v, ok := any(job.Args).(jobs.Validator); ok {
+		if err := v.Validate(); err != nil {
+			return w.d.cancelInvalid(job.JobRow, fmt.Errorf("invalid %s job: %w", job.Kind, err))
+		}
+	}
+	return w.Worker.Work(ctx, job)
+}
+
+// addWorker registers w, wrapped in validating.
+func addWorker[T river.JobArgs](ws *river.Workers, d *deps, w river.Worker[T]) error {
+	return river.AddWorkerSafely[T](ws, &validating[T]{Worker: w, d: d})
+}
+
+// cancelInvalid counts and logs a job with invalid args and cancels it.
+func (d *deps) cancelInvalid(job *rivertype.JobRow, err error) error {
+	d.cfg.Stats.For(reconcilerOf(job.Kind)).Skipped.Add(1)
+	d.log().Warn("cancelling job with invalid args", "kind", job.Kind, "job_id", job.ID,
 		"args", string(job.EncodedArgs), "error", err)
 	return river.JobCancel(err)
 }

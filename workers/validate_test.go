@@ -1,0 +1,79 @@
+package workers_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
+)
+
+// TestRawSQLBadJobsOfEveryKindAreCancelledOnce: for every kind with args to
+// check, a job inserted without the Go hooks is cancelled at its first
+// attempt with the reason, whether River cannot decode its args (caught
+// around the worker, see Set.Middleware) or they decode to invalid values
+// (caught in the worker wrapper, see validating). A kind registered without
+// the wrapper would fail here: its bad-value job would run and error, or
+// succeed, instead of being cancelled.
+func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
+
+	const id = `"6f1c0b1e-2d3a-4b5c-8d9e-0a1b2c3d4e5f"`
+	kinds := []struct {
+		kind, queue, fields string // fields: the args' JSON after "partition"
+	}{
+		{jobs.KindLeaseExpiryScan, jobs.QueueControl, ``},
+		{jobs.KindLeaseRelease, jobs.QueueRows, `, "execution_id": ` + id + `, "attempt_index": 0`},
+		{jobs.KindSuspensionTimeoutScan, jobs.QueueControl, ``},
+		{jobs.KindSuspensionExpire, jobs.QueueRows, `, "execution_id": ` + id},
+		{jobs.KindDelayedPromotionScan, jobs.QueueControl, ``},
+		{jobs.KindPromote, jobs.QueueRows, `, "execution_id": ` + id},
+		{jobs.KindCancelDispatchScan, jobs.QueueControl, ``},
+		{jobs.KindCancelDispatch, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
+		{jobs.KindCancelReconcileScan, jobs.QueueControl, ``},
+		{jobs.KindCancelReconcile, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
+	}
+	type job struct {
+		name, prefix, reason string
+		id                   int64
+	}
+	var inserted []job
+	for _, k := range kinds {
+		for _, bad := range []struct{ name, partition, want string }{
+			{"BadValue", `256`, "partition 256 is out of range 0..255"},
+			{"Undecodable", `"7"`, "malformed JSON args: json: cannot unmarshal string into Go struct field"},
+		} {
+			j := job{name: k.kind + "/" + bad.name, prefix: fmt.Sprintf("JobCancelError: invalid %s job: ", k.kind), reason: bad.want}
+			err := db.Pool.QueryRow(ctx, `
+				INSERT INTO river.river_job (kind, args, queue, max_attempts, state)
+				VALUES ($1, $2::jsonb, $3, 5, 'available') RETURNING id`,
+				k.kind, `{"partition": `+bad.partition+k.fields+`}`, k.queue).Scan(&j.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inserted = append(inserted, j)
+		}
+	}
+	for _, j := range inserted {
+		t.Run(j.name, func(t *testing.T) {
+			got := waitJobState(t, db.Pool, j.id, "cancelled")
+			if got.Attempt != 1 || len(got.Errors) != 1 || !strings.HasPrefix(got.Errors[0], j.prefix) || !strings.Contains(got.Errors[0], j.reason) {
+				t.Fatalf("job = %+v; want attempt 1 and the one error %q…%q…", got, j.prefix, j.reason)
+			}
+		})
+	}
+	var skipped int64
+	for _, name := range jobs.Reconcilers {
+		skipped += f.Workers.Stats().For(name).Skipped.Load()
+	}
+	if skipped != int64(len(inserted)) {
+		t.Errorf("skipped = %d; want %d", skipped, len(inserted))
+	}
+}
