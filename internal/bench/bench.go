@@ -238,9 +238,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	e := &env{cfg: cfg, log: cfg.Logger}
 	// Leftovers of an interrupted run go first.
 	if err := adminExec(ctx, cfg.AdminURL,
-		"DROP DATABASE IF EXISTS "+pgx.Identifier{cfg.DBName}.Sanitize()+" WITH (FORCE)",
-		"DROP DATABASE IF EXISTS "+pgx.Identifier{e.smallDBName()}.Sanitize()+" WITH (FORCE)",
-		"DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)",
+		dropDatabase(cfg.DBName),
+		dropDatabase(e.smallDBName()),
+		dropDatabase(tmpl),
 		"CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		return nil, nil, err
 	}
@@ -268,8 +268,8 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	cleanup := func() {
 		e.close()
 		_ = adminExec(context.Background(), cfg.AdminURL,
-			"DROP DATABASE IF EXISTS "+pgx.Identifier{cfg.DBName}.Sanitize()+" WITH (FORCE)",
-			"DROP DATABASE IF EXISTS "+pgx.Identifier{tmpl}.Sanitize()+" WITH (FORCE)")
+			dropDatabase(cfg.DBName),
+			dropDatabase(tmpl))
 	}
 	if err := e.reset(ctx); err != nil {
 		cleanup()
@@ -290,6 +290,12 @@ func adminExec(ctx context.Context, adminURL string, stmts ...string) error {
 		}
 	}
 	return nil
+}
+
+// dropDatabase is the statement dropping database name if it exists,
+// disconnecting its sessions (leftovers of an interrupted run included).
+func dropDatabase(name string) string {
+	return "DROP DATABASE IF EXISTS " + pgx.Identifier{name}.Sanitize() + " WITH (FORCE)"
 }
 
 // smallDBName is the database the scale section keeps its small table in
@@ -341,10 +347,9 @@ func (e *env) close() {
 // server's lock table may not have).
 func (e *env) reset(ctx context.Context) error {
 	e.close()
-	name := pgx.Identifier{e.cfg.DBName}.Sanitize()
 	if err := adminExec(ctx, e.cfg.AdminURL,
-		"DROP DATABASE IF EXISTS "+name+" WITH (FORCE)",
-		"CREATE DATABASE "+name+" TEMPLATE "+pgx.Identifier{e.cfg.DBName + "_tmpl"}.Sanitize()); err != nil {
+		dropDatabase(e.cfg.DBName),
+		"CREATE DATABASE "+pgx.Identifier{e.cfg.DBName}.Sanitize()+" TEMPLATE "+pgx.Identifier{e.cfg.DBName + "_tmpl"}.Sanitize()); err != nil {
 		return err
 	}
 	params := map[string]string{"plan_cache_mode": "force_custom_plan"}

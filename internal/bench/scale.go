@@ -54,12 +54,12 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	e.close()
 	small := e.smallDBName()
 	if err := adminExec(ctx, e.cfg.AdminURL,
-		"DROP DATABASE IF EXISTS "+pgx.Identifier{small}.Sanitize()+" WITH (FORCE)",
+		dropDatabase(small),
 		"ALTER DATABASE "+pgx.Identifier{e.cfg.DBName}.Sanitize()+" RENAME TO "+pgx.Identifier{small}.Sanitize()); err != nil {
 		return res, err
 	}
 	defer func() {
-		_ = adminExec(context.Background(), e.cfg.AdminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{small}.Sanitize()+" WITH (FORCE)")
+		_ = adminExec(context.Background(), e.cfg.AdminURL, dropDatabase(small))
 	}()
 	if err := load(e.cfg.ScaleLarge); err != nil {
 		return res, err
