@@ -12,6 +12,21 @@
 //   - a row job that applies the reconciler's action to one row in one
 //     transaction, re-checking its condition atomically with the change, so
 //     running it twice changes nothing the second time.
+//
+// # Follow-up scans
+//
+// A partition has one scan queued or running at a time. A tick that finds
+// the partition's scan still waiting in the queue leaves it at that: the scan
+// has read nothing yet and will see what the tick saw. A scan that has
+// already started (or waits to retry) may have read the partition before rows
+// the tick found were there, so the tick enqueues a follow-up scan whose
+// Follows is that job's id: a unique key of its own, held while the follow-up
+// is unfinished. A follow-up's continuations keep its Follows.
+//
+// Offering the started scan's own key instead would make River's unique
+// insert (INSERT … ON CONFLICT DO UPDATE) lock that job's row, which River's
+// completer may be finalizing together with others in another order: a tick
+// inserting a few hundred scans could deadlock with it.
 package jobs
 
 import (
@@ -148,6 +163,10 @@ func (LeaseExpiryTickArgs) Kind() string { return KindLeaseExpiryTick }
 type LeaseExpiryScanArgs struct {
 	Partition int16       `json:"partition" river:"unique"`
 	After     *ScanCursor `json:"after,omitempty"`
+	// Follows is the id of the partition's scan that had already started
+	// when a tick wanted the partition scanned again (0: none); see
+	// "Follow-up scans" in the package doc.
+	Follows int64 `json:"follows,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.
@@ -186,6 +205,10 @@ func (SuspensionTimeoutTickArgs) Kind() string { return KindSuspensionTimeoutTic
 type SuspensionTimeoutScanArgs struct {
 	Partition int16       `json:"partition" river:"unique"`
 	After     *ScanCursor `json:"after,omitempty"`
+	// Follows is the id of the partition's scan that had already started
+	// when a tick wanted the partition scanned again (0: none); see
+	// "Follow-up scans" in the package doc.
+	Follows int64 `json:"follows,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.
@@ -224,6 +247,10 @@ func (DelayedPromotionTickArgs) Kind() string { return KindDelayedPromotionTick 
 type DelayedPromotionScanArgs struct {
 	Partition int16       `json:"partition" river:"unique"`
 	After     *ScanCursor `json:"after,omitempty"`
+	// Follows is the id of the partition's scan that had already started
+	// when a tick wanted the partition scanned again (0: none); see
+	// "Follow-up scans" in the package doc.
+	Follows int64 `json:"follows,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.
@@ -244,6 +271,10 @@ func (CancelDispatchTickArgs) Kind() string { return KindCancelDispatchTick }
 type CancelDispatchScanArgs struct {
 	Partition int16       `json:"partition" river:"unique"`
 	After     *ScanCursor `json:"after,omitempty"`
+	// Follows is the id of the partition's scan that had already started
+	// when a tick wanted the partition scanned again (0: none); see
+	// "Follow-up scans" in the package doc.
+	Follows int64 `json:"follows,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.
@@ -279,6 +310,10 @@ func (CancelReconcileTickArgs) Kind() string { return KindCancelReconcileTick }
 type CancelReconcileScanArgs struct {
 	Partition int16       `json:"partition" river:"unique"`
 	After     *ScanCursor `json:"after,omitempty"`
+	// Follows is the id of the partition's scan that had already started
+	// when a tick wanted the partition scanned again (0: none); see
+	// "Follow-up scans" in the package doc.
+	Follows int64 `json:"follows,omitempty" river:"unique"`
 }
 
 // Kind implements river.JobArgs.

@@ -107,20 +107,31 @@ type Validator interface {
 
 // Validate implementations of the row and scan args.
 
-// Validate implements Validator.
-func (a LeaseExpiryScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+// validateScan checks a partition scan's args.
+func validateScan(partition int16, follows int64) error {
+	if err := ValidatePartition(int(partition)); err != nil {
+		return err
+	}
+	if follows < 0 {
+		return fmt.Errorf("follows %d is not a job id", follows)
+	}
+	return nil
+}
 
 // Validate implements Validator.
-func (a SuspensionTimeoutScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+func (a LeaseExpiryScanArgs) Validate() error { return validateScan(a.Partition, a.Follows) }
 
 // Validate implements Validator.
-func (a DelayedPromotionScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+func (a SuspensionTimeoutScanArgs) Validate() error { return validateScan(a.Partition, a.Follows) }
 
 // Validate implements Validator.
-func (a CancelDispatchScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+func (a DelayedPromotionScanArgs) Validate() error { return validateScan(a.Partition, a.Follows) }
 
 // Validate implements Validator.
-func (a CancelReconcileScanArgs) Validate() error { return ValidatePartition(int(a.Partition)) }
+func (a CancelDispatchScanArgs) Validate() error { return validateScan(a.Partition, a.Follows) }
+
+// Validate implements Validator.
+func (a CancelReconcileScanArgs) Validate() error { return validateScan(a.Partition, a.Follows) }
 
 // Validate implements Validator.
 func (a LeaseReleaseArgs) Validate() error {

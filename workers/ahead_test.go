@@ -22,6 +22,8 @@ import (
 // deadlineRow seeds and checks one row of a deadline reconciler.
 type deadlineRow struct {
 	reconciler, rowKind string
+	// scan is the reconciler's partition scan args.
+	scan func(p int16) river.JobArgs
 	// insert seeds a row of partition p falling due at deadlineMs.
 	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
 	// acted says whether the row's action has been applied.
@@ -31,6 +33,7 @@ type deadlineRow struct {
 var deadlineRows = []deadlineRow{
 	{
 		reconciler: jobs.ReconcilerLeaseExpiry, rowKind: jobs.KindLeaseRelease,
+		scan: func(p int16) river.JobArgs { return jobs.LeaseExpiryScanArgs{Partition: p} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
 			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(deadlineMs))
@@ -42,6 +45,7 @@ var deadlineRows = []deadlineRow{
 	},
 	{
 		reconciler: jobs.ReconcilerSuspensionTimeout, rowKind: jobs.KindSuspensionExpire,
+		scan: func(p int16) river.JobArgs { return jobs.SuspensionTimeoutScanArgs{Partition: p} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
 				PublicState: "suspended", AttemptState: "attempt_interrupted"})
@@ -55,6 +59,7 @@ var deadlineRows = []deadlineRow{
 	},
 	{
 		reconciler: jobs.ReconcilerDelayedPromotion, rowKind: jobs.KindPromote,
+		scan: func(p int16) river.JobArgs { return jobs.DelayedPromotionScanArgs{Partition: p} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			return fftest.InsertExec(t, pool, fftest.Delayed(p, deadlineMs))
 		},

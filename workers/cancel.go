@@ -71,8 +71,8 @@ func (w *cancelDispatchTickWorker) Work(ctx context.Context, _ *river.Job[jobs.C
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelDispatch, win, func(p int16, after *jobs.ScanCursor) jobs.CancelDispatchScanArgs {
-		return jobs.CancelDispatchScanArgs{Partition: p, After: after}
+	return fanOut(ctx, w.d, CancelDispatch, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.CancelDispatchScanArgs {
+		return jobs.CancelDispatchScanArgs{Partition: p, After: after, Follows: follows}
 	})
 }
 
@@ -84,8 +84,8 @@ var cancelDispatchScan = &scanSpec[store.PendingCancelGroup]{
 		return jobs.CancelDispatchArgs{Partition: p, FlowID: g.FlowID, DownstreamEID: g.DownstreamEID}
 	},
 	cursor: groupCursor,
-	next: func(p int16, after *jobs.ScanCursor) river.JobArgs {
-		return jobs.CancelDispatchScanArgs{Partition: p, After: after}
+	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
+		return jobs.CancelDispatchScanArgs{Partition: p, After: after, Follows: follows}
 	},
 }
 
@@ -101,7 +101,7 @@ func (w *cancelDispatchScanWorker) Timeout(*river.Job[jobs.CancelDispatchScanArg
 }
 
 func (w *cancelDispatchScanWorker) Work(ctx context.Context, job *river.Job[jobs.CancelDispatchScanArgs]) error {
-	return runScan(ctx, w.d, cancelDispatchScan, job, job.Args.Partition, job.Args.After)
+	return runScan(ctx, w.d, cancelDispatchScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
 }
 
 // cancelDispatchWorker drains one pending cancel group.
@@ -180,8 +180,8 @@ func (w *cancelReconcileTickWorker) Work(ctx context.Context, _ *river.Job[jobs.
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelReconcile, win, func(p int16, after *jobs.ScanCursor) jobs.CancelReconcileScanArgs {
-		return jobs.CancelReconcileScanArgs{Partition: p, After: after}
+	return fanOut(ctx, w.d, CancelReconcile, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.CancelReconcileScanArgs {
+		return jobs.CancelReconcileScanArgs{Partition: p, After: after, Follows: follows}
 	})
 }
 
@@ -193,8 +193,8 @@ var cancelReconcileScan = &scanSpec[store.PendingCancelGroup]{
 		return jobs.CancelReconcileArgs{Partition: p, FlowID: g.FlowID, DownstreamEID: g.DownstreamEID}
 	},
 	cursor: groupCursor,
-	next: func(p int16, after *jobs.ScanCursor) river.JobArgs {
-		return jobs.CancelReconcileScanArgs{Partition: p, After: after}
+	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
+		return jobs.CancelReconcileScanArgs{Partition: p, After: after, Follows: follows}
 	},
 }
 
@@ -210,7 +210,7 @@ func (w *cancelReconcileScanWorker) Timeout(*river.Job[jobs.CancelReconcileScanA
 }
 
 func (w *cancelReconcileScanWorker) Work(ctx context.Context, job *river.Job[jobs.CancelReconcileScanArgs]) error {
-	return runScan(ctx, w.d, cancelReconcileScan, job, job.Args.Partition, job.Args.After)
+	return runScan(ctx, w.d, cancelReconcileScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
 }
 
 // cancelReconcileWorker settles one pending cancel group the dispatcher

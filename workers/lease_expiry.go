@@ -38,8 +38,8 @@ func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.Leas
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, LeaseExpiry, win, func(p int16, after *jobs.ScanCursor) jobs.LeaseExpiryScanArgs {
-		return jobs.LeaseExpiryScanArgs{Partition: p, After: after}
+	return fanOut(ctx, w.d, LeaseExpiry, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.LeaseExpiryScanArgs {
+		return jobs.LeaseExpiryScanArgs{Partition: p, After: after, Follows: follows}
 	})
 }
 
@@ -56,8 +56,8 @@ var leaseScan = &scanSpec[store.ExpiredLease]{
 	cursor: func(l store.ExpiredLease) jobs.ScanCursor {
 		return jobs.ScanCursor{AtMs: l.ExpiresAtMs, ID: l.ExecutionID, N: l.AttemptIndex}
 	},
-	next: func(p int16, after *jobs.ScanCursor) river.JobArgs {
-		return jobs.LeaseExpiryScanArgs{Partition: p, After: after}
+	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
+		return jobs.LeaseExpiryScanArgs{Partition: p, After: after, Follows: follows}
 	},
 }
 
@@ -73,7 +73,7 @@ func (w *leaseExpiryScanWorker) Timeout(*river.Job[jobs.LeaseExpiryScanArgs]) ti
 }
 
 func (w *leaseExpiryScanWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseExpiryScanArgs]) error {
-	return runScan(ctx, w.d, leaseScan, job, job.Args.Partition, job.Args.After)
+	return runScan(ctx, w.d, leaseScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
 }
 
 // leaseReleaseWorker releases one expired lease.

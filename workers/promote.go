@@ -55,8 +55,8 @@ func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, DelayedPromotion, win, func(p int16, after *jobs.ScanCursor) jobs.DelayedPromotionScanArgs {
-		return jobs.DelayedPromotionScanArgs{Partition: p, After: after}
+	return fanOut(ctx, w.d, DelayedPromotion, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.DelayedPromotionScanArgs {
+		return jobs.DelayedPromotionScanArgs{Partition: p, After: after, Follows: follows}
 	})
 }
 
@@ -74,8 +74,8 @@ var promotionScan = &scanSpec[store.DuePromotion]{
 	cursor: func(p store.DuePromotion) jobs.ScanCursor {
 		return jobs.ScanCursor{AtMs: p.DeadlineAtMs, ID: p.ExecutionID}
 	},
-	next: func(partition int16, after *jobs.ScanCursor) river.JobArgs {
-		return jobs.DelayedPromotionScanArgs{Partition: partition, After: after}
+	next: func(partition int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
+		return jobs.DelayedPromotionScanArgs{Partition: partition, After: after, Follows: follows}
 	},
 }
 
@@ -91,7 +91,7 @@ func (w *delayedPromotionScanWorker) Timeout(*river.Job[jobs.DelayedPromotionSca
 }
 
 func (w *delayedPromotionScanWorker) Work(ctx context.Context, job *river.Job[jobs.DelayedPromotionScanArgs]) error {
-	return runScan(ctx, w.d, promotionScan, job, job.Args.Partition, job.Args.After)
+	return runScan(ctx, w.d, promotionScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
 }
 
 // promoteWorker promotes one delayed execution: the sweep's row job and the

@@ -30,8 +30,9 @@ type scanSpec[Row any] struct {
 	rowJob func(partition int16, r Row) river.JobArgs
 	// cursor is the scan position of a row, to continue after it.
 	cursor func(r Row) jobs.ScanCursor
-	// next builds the continuation scan's args.
-	next func(partition int16, after *jobs.ScanCursor) river.JobArgs
+	// next builds the continuation scan's args; follows is the scan's own
+	// (see the jobs package's "Follow-up scans").
+	next func(partition int16, after *jobs.ScanCursor, follows int64) river.JobArgs
 }
 
 func toStoreAfter(c *jobs.ScanCursor) *store.After {
@@ -53,7 +54,7 @@ func toStoreAfter(c *jobs.ScanCursor) *store.After {
 // earlier scan already walked this stretch, and walking on would re-offer the
 // whole backlog every tick. Rows beyond are reached by a later tick once the
 // queued ones are done.
-func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanSpec[Row], job *river.Job[S], partition int16, after *jobs.ScanCursor) error {
+func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanSpec[Row], job *river.Job[S], partition int16, after *jobs.ScanCursor, follows int64) error {
 	c := d.cfg.Stats.For(spec.name)
 	limit := d.cfg.BatchSize
 	nowMs := store.NowMs()
@@ -160,7 +161,7 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 			return fmt.Errorf("%s scan of partition %d: complete before continuing: %w", spec.name, partition, err)
 		}
 		cur := spec.cursor(rows[len(rows)-1])
-		if _, err := client.InsertTx(ctx, tx, spec.next(partition, &cur), nil); err != nil {
+		if _, err := client.InsertTx(ctx, tx, spec.next(partition, &cur, follows), nil); err != nil {
 			c.Errors.Add(1)
 			return fmt.Errorf("%s scan of partition %d: enqueue continuation: %w", spec.name, partition, err)
 		}

@@ -26,7 +26,10 @@ type Counters struct {
 	// BusyRescans are busy partitions a tick scanned all the same because
 	// they held more due rows than unfinished row jobs: rows no scan had
 	// enqueued, which skipping would leave waiting until the queue drained.
-	BusyRescans   atomic.Int64
+	BusyRescans atomic.Int64
+	// FollowUpScans are scans a tick enqueued for partitions whose scan had
+	// already started (see the jobs package's "Follow-up scans").
+	FollowUpScans atomic.Int64
 	Scans         atomic.Int64 // partition scans run
 	Continuations atomic.Int64 // scans that enqueued their own continuation
 	Examined      atomic.Int64 // due rows read by scans
@@ -50,6 +53,7 @@ type Snapshot struct {
 	PartitionsDue  int64 `json:"partitions_due"`
 	PartitionsBusy int64 `json:"partitions_busy"`
 	BusyRescans    int64 `json:"busy_rescans"`
+	FollowUpScans  int64 `json:"follow_up_scans"`
 	Scans          int64 `json:"scans"`
 	Continuations  int64 `json:"continuations"`
 	Examined       int64 `json:"examined"`
@@ -66,7 +70,7 @@ type Snapshot struct {
 // Snapshot copies the counters.
 func (c *Counters) Snapshot() Snapshot {
 	return Snapshot{
-		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), BusyRescans: c.BusyRescans.Load(), Scans: c.Scans.Load(),
+		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), BusyRescans: c.BusyRescans.Load(), FollowUpScans: c.FollowUpScans.Load(), Scans: c.Scans.Load(),
 		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(), EnqueuedAhead: c.EnqueuedAhead.Load(),
 		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
 		Skipped: c.Skipped.Load(), Snoozes: c.Snoozes.Load(), Errors: c.Errors.Load(),

@@ -37,8 +37,8 @@ func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[job
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, SuspensionTimeout, win, func(p int16, after *jobs.ScanCursor) jobs.SuspensionTimeoutScanArgs {
-		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after}
+	return fanOut(ctx, w.d, SuspensionTimeout, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.SuspensionTimeoutScanArgs {
+		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after, Follows: follows}
 	})
 }
 
@@ -53,8 +53,8 @@ var suspensionScan = &scanSpec[store.ExpiredSuspension]{
 	cursor: func(s store.ExpiredSuspension) jobs.ScanCursor {
 		return jobs.ScanCursor{AtMs: s.TimeoutAtMs, ID: s.ExecutionID}
 	},
-	next: func(p int16, after *jobs.ScanCursor) river.JobArgs {
-		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after}
+	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
+		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after, Follows: follows}
 	},
 }
 
@@ -70,7 +70,7 @@ func (w *suspensionTimeoutScanWorker) Timeout(*river.Job[jobs.SuspensionTimeoutS
 }
 
 func (w *suspensionTimeoutScanWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionTimeoutScanArgs]) error {
-	return runScan(ctx, w.d, suspensionScan, job, job.Args.Partition, job.Args.After)
+	return runScan(ctx, w.d, suspensionScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
 }
 
 // suspensionExpireWorker applies the timeout behaviour of one suspension.

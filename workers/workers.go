@@ -505,19 +505,29 @@ var rowKinds = map[string]string{
 // unfinished row jobs has rows no scan enqueued (inserted after the tick
 // that would have found them, or left out of every window by late ticks); it
 // is scanned in full, or under a queue that stays behind those rows would
-// wait until it drained (27 s seen at 500 rows/s on 2 cores). Scans are
-// unique per partition among unfinished jobs, so partitions whose scan is
-// still queued or running are skipped rather than doubled.
-func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor) S) error {
+// wait until it drained (27 s seen at 500 rows/s on 2 cores).
+//
+// A partition whose scan still waits in the queue needs no other; one whose
+// scan has started gets a follow-up with a unique key of its own (see the
+// jobs package's "Follow-up scans"), so the tick's insert never offers the
+// key of a started scan, whose row River's completer may be locking.
+func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) S) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
 	c.PartitionsDue.Add(int64(len(w.parts)))
 	if len(w.parts) == 0 {
 		return nil
 	}
-	// On the work pool: with a generic plan the planner cannot see that
-	// `args ? 'partition'` matches every row and may pick the args GIN index.
+	// On the work pool (custom plans): the best index for these queries
+	// depends on how many jobs of each state and kind the queue holds, which
+	// a cached generic plan cannot see.
 	queued, err := store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, rowKinds[name], time.UnixMilli(w.nowMs))
+	if err != nil {
+		c.Errors.Add(1)
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	var zero S
+	scans, err := store.UnfinishedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueControl, zero.Kind())
 	if err != nil {
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)
@@ -548,21 +558,31 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		}
 	}
 	params := make([]river.InsertManyParams, 0, len(w.parts))
-	aheadOnly, rescans := 0, 0
+	aheadOnly, rescans, skippedBusy, waiting, followUps := 0, 0, 0, 0, 0
 	for _, p := range w.parts {
+		rescan := busy(p) && dueCount[p] > queued[p].Available+queued[p].Running
+		var after *jobs.ScanCursor
 		switch {
-		case !busy(p):
-			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
-		case dueCount[p] > queued[p].Available+queued[p].Running:
-			params = append(params, river.InsertManyParams{Args: scan(p, nil)})
-			rescans++
-		case notYetDue[p]:
-			params = append(params, river.InsertManyParams{Args: scan(p, aheadCursor(w.nowMs))})
+		case busy(p) && !rescan && !notYetDue[p]:
+			skippedBusy++
+			continue
+		case scans[p].Waiting:
+			waiting++
+			continue
+		case busy(p) && !rescan:
+			after = aheadCursor(w.nowMs)
 			aheadOnly++
+		case rescan:
+			rescans++
 		}
+		if scans[p].Started != 0 {
+			followUps++
+		}
+		params = append(params, river.InsertManyParams{Args: scan(p, after, scans[p].Started)})
 	}
-	c.PartitionsBusy.Add(int64(len(w.parts) - len(params)))
+	c.PartitionsBusy.Add(int64(skippedBusy))
 	c.BusyRescans.Add(int64(rescans))
+	c.FollowUpScans.Add(int64(followUps))
 	if len(params) == 0 {
 		return nil
 	}
@@ -579,8 +599,8 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		}
 	}
 	d.log().Debug("tick fanned out", "reconciler", name, "partitions_due", len(w.parts),
-		"partitions_busy", len(w.parts)-len(params), "busy_scanned_ahead_only", aheadOnly, "busy_rescanned", rescans,
-		"scans_enqueued", len(params)-skipped, "scans_already_queued", skipped)
+		"partitions_busy", skippedBusy, "busy_scanned_ahead_only", aheadOnly, "busy_rescanned", rescans,
+		"scans_enqueued", len(params)-skipped, "follow_up_scans", followUps, "scans_already_queued", waiting+skipped)
 	return nil
 }
 

@@ -214,9 +214,9 @@ func statsLine(st workers.Snapshot, w *fetchwake.Waker) string {
 	if w != nil {
 		wakes = w.Sent()
 	}
-	return fmt.Sprintf("ticks %d, partitions skipped as busy %d (rescanned %d), scans %d (continued %d), enqueued %d (ahead of the deadline %d), "+
+	return fmt.Sprintf("ticks %d, partitions skipped as busy %d (rescanned %d), scans %d (follow-ups %d, continued %d), enqueued %d (ahead of the deadline %d), "+
 		"already queued %d, applied %d, no-ops %d, snoozes %d, wake-ups %d, errors %d",
-		st.Ticks, st.PartitionsBusy, st.BusyRescans, st.Scans, st.Continuations, st.Enqueued, st.EnqueuedAhead, st.AlreadyQueued,
+		st.Ticks, st.PartitionsBusy, st.BusyRescans, st.Scans, st.FollowUpScans, st.Continuations, st.Enqueued, st.EnqueuedAhead, st.AlreadyQueued,
 		st.Applied, st.NoOps, st.Snoozes, wakes, st.Errors)
 }
 

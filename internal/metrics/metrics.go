@@ -135,6 +135,7 @@ var statDescs = []struct {
 	{"partitions_due_total", "Partitions found holding rows due, or due within the lookahead, summed over ticks.", func(s workers.Snapshot) int64 { return s.PartitionsDue }},
 	{"partitions_busy_total", "Due partitions a tick skipped because their row jobs were still queued.", func(s workers.Snapshot) int64 { return s.PartitionsBusy }},
 	{"busy_rescans_total", "Partitions with queued row jobs a tick scanned anyway: they held more due rows than unfinished row jobs.", func(s workers.Snapshot) int64 { return s.BusyRescans }},
+	{"follow_up_scans_total", "Scans a tick enqueued for partitions whose scan had already started.", func(s workers.Snapshot) int64 { return s.FollowUpScans }},
 	{"scans_total", "Partition scans run.", func(s workers.Snapshot) int64 { return s.Scans }},
 	{"scan_continuations_total", "Partition scans that continued themselves after a full batch.", func(s workers.Snapshot) int64 { return s.Continuations }},
 	{"rows_examined_total", "Due rows read by partition scans.", func(s workers.Snapshot) int64 { return s.Examined }},
