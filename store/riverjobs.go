@@ -31,7 +31,8 @@ func QueuedRowJobs(ctx context.Context, db DB, riverSchema, queue, kind string, 
 	rows, err := db.Query(ctx, `
 		SELECT args->>'partition', count(*) FILTER (WHERE state = 'available'), count(*) FILTER (WHERE state = 'running')
 		  FROM `+pgx.Identifier{riverSchema, "river_job"}.Sanitize()+`
-		 WHERE state IN ('available', 'running') AND queue = $1 AND scheduled_at <= $3 AND kind = $2 AND args->>'partition' IS NOT NULL
+		 WHERE state IN ('available', 'running') AND queue = $1 AND scheduled_at <= $3 AND kind = $2
+		   AND jsonb_typeof(args->'partition') = 'number'
 		 GROUP BY 1`, queue, kind, at)
 	if err != nil {
 		return nil, fmt.Errorf("queued %s jobs: %w", kind, err)
@@ -43,10 +44,7 @@ func QueuedRowJobs(ctx context.Context, db DB, riverSchema, queue, kind string, 
 	)
 	_, err = pgx.ForEachRow(rows, []any{&arg, &avail, &running}, func() error {
 		if p, ok := partitionArg(arg); ok {
-			q := out[p]
-			q.Available += int(avail)
-			q.Running += int(running)
-			out[p] = q
+			out[p] = QueuedRows{Available: int(avail), Running: int(running)}
 		}
 		return nil
 	})
@@ -76,7 +74,7 @@ func UnfinishedScans(ctx context.Context, db DB, riverSchema, queue, kind string
 		SELECT args->>'partition', bool_or(state = 'available'), coalesce(max(id) FILTER (WHERE state <> 'available'), 0)
 		  FROM `+pgx.Identifier{riverSchema, "river_job"}.Sanitize()+`
 		 WHERE state IN ('available', 'running', 'retryable', 'scheduled', 'pending') AND queue = $1 AND kind = $2
-		   AND args->>'partition' IS NOT NULL
+		   AND jsonb_typeof(args->'partition') = 'number'
 		 GROUP BY 1`, queue, kind)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished %s jobs: %w", kind, err)
@@ -89,10 +87,7 @@ func UnfinishedScans(ctx context.Context, db DB, riverSchema, queue, kind string
 	)
 	_, err = pgx.ForEachRow(rows, []any{&arg, &waiting, &started}, func() error {
 		if p, ok := partitionArg(arg); ok {
-			s := out[p]
-			s.Waiting = s.Waiting || waiting
-			s.Started = max(s.Started, started)
-			out[p] = s
+			out[p] = PartitionScans{Waiting: waiting, Started: started}
 		}
 		return nil
 	})
@@ -102,12 +97,12 @@ func UnfinishedScans(ctx context.Context, db DB, riverSchema, queue, kind string
 	return out, nil
 }
 
-// partitionArg reads a job's "partition" arg as the text Postgres returns
-// for it (->>). Jobs whose args hold no valid partition are left out: they
-// were inserted by hand with bad args, and the workers cancel them when they
-// run (see the jobs package's validation), so they must not fail a tick
-// meanwhile. "07" and "7" are apart in the query's GROUP BY, so callers
-// merge.
+// partitionArg reads a job's "partition" arg, a JSON number, as the text
+// Postgres returns for it (->>, one text per number). Jobs whose args hold no
+// partition River could decode (1.5, 99999, or not a number, filtered in SQL)
+// are left out: they were inserted by hand, and the workers cancel them when
+// they run (see the jobs package's validation), so they must not fail a tick
+// meanwhile.
 func partitionArg(arg string) (int16, bool) {
 	p, err := strconv.ParseInt(arg, 10, 16)
 	return int16(p), err == nil

@@ -37,7 +37,8 @@ func TestQueuedRowJobsAndUnfinishedScans(t *testing.T) {
 		{row, jobs.QueueRows, "available", `{"partition": 1}`},
 		{row, jobs.QueueRows, "available", `{"partition": 1}`},
 		{row, jobs.QueueRows, "running", `{"partition": 1}`},
-		{row, jobs.QueueRows, "running", `{"partition": "02"}`},
+		{row, jobs.QueueRows, "running", `{"partition": "2"}`},
+		{row, jobs.QueueRows, "available", `{"partition": 2.0}`},
 		{row, jobs.QueueRows, "running", `{"partition": 2}`},
 		{row, jobs.QueueRows, "retryable", `{"partition": 3}`}, // not counted: neither available nor running
 		{row, jobs.QueueRows, "available", `{"partition": "abc"}`},
@@ -63,7 +64,7 @@ func TestQueuedRowJobsAndUnfinishedScans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantQueued := map[int16]store.QueuedRows{1: {Available: 2, Running: 1}, 2: {Running: 2}}
+	wantQueued := map[int16]store.QueuedRows{1: {Available: 2, Running: 1}, 2: {Running: 1}}
 	if !maps.Equal(queued, wantQueued) {
 		t.Errorf("QueuedRowJobs = %+v; want %+v", queued, wantQueued)
 	}

@@ -563,13 +563,13 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		rescan := busy(p) && dueCount[p] > queued[p].Available+queued[p].Running
 		var after *jobs.ScanCursor
 		switch {
-		case busy(p) && !rescan && !notYetDue[p]:
+		case busy(p) && !rescan && !notYetDue[p]: // its due rows' jobs wait in the queue
 			skippedBusy++
 			continue
-		case scans[p].Waiting:
+		case scans[p].Waiting: // its scan has read nothing yet
 			waiting++
 			continue
-		case busy(p) && !rescan:
+		case busy(p) && !rescan: // only its rows not yet due
 			after = aheadCursor(w.nowMs)
 			aheadOnly++
 		case rescan:
