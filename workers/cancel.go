@@ -71,9 +71,7 @@ func (w *cancelDispatchTickWorker) Work(ctx context.Context, _ *river.Job[jobs.C
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelDispatch, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.CancelDispatchScanArgs {
-		return jobs.CancelDispatchScanArgs{Partition: p, After: after, Follows: follows}
-	})
+	return fanOut(ctx, w.d, CancelDispatch, win, cancelDispatchScan.next)
 }
 
 var cancelDispatchScan = &scanSpec[store.PendingCancelGroup]{
@@ -180,9 +178,7 @@ func (w *cancelReconcileTickWorker) Work(ctx context.Context, _ *river.Job[jobs.
 	if err != nil {
 		return err
 	}
-	return fanOut(ctx, w.d, CancelReconcile, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.CancelReconcileScanArgs {
-		return jobs.CancelReconcileScanArgs{Partition: p, After: after, Follows: follows}
-	})
+	return fanOut(ctx, w.d, CancelReconcile, win, cancelReconcileScan.next)
 }
 
 var cancelReconcileScan = &scanSpec[store.PendingCancelGroup]{

@@ -38,9 +38,7 @@ func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.Leas
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, LeaseExpiry, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.LeaseExpiryScanArgs {
-		return jobs.LeaseExpiryScanArgs{Partition: p, After: after, Follows: follows}
-	})
+	return fanOut(ctx, w.d, LeaseExpiry, win, leaseScan.next)
 }
 
 var leaseScan = &scanSpec[store.ExpiredLease]{

@@ -55,9 +55,7 @@ func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, DelayedPromotion, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.DelayedPromotionScanArgs {
-		return jobs.DelayedPromotionScanArgs{Partition: p, After: after, Follows: follows}
-	})
+	return fanOut(ctx, w.d, DelayedPromotion, win, promotionScan.next)
 }
 
 // promotionScan enqueues the same PromoteArgs other services use, in the

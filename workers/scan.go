@@ -30,8 +30,10 @@ type scanSpec[Row any] struct {
 	rowJob func(partition int16, r Row) river.JobArgs
 	// cursor is the scan position of a row, to continue after it.
 	cursor func(r Row) jobs.ScanCursor
-	// next builds the continuation scan's args; follows is the scan's own
-	// (see the jobs package's "Follow-up scans").
+	// next builds the args of a scan of partition: a tick's (after nil, or
+	// from the tick's now on) or a continuation's. follows is a follow-up's
+	// (see the jobs package's "Follow-up scans"), which its continuations
+	// keep.
 	next func(partition int16, after *jobs.ScanCursor, follows int64) river.JobArgs
 }
 

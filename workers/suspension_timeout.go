@@ -37,9 +37,7 @@ func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[job
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, w.d, SuspensionTimeout, win, func(p int16, after *jobs.ScanCursor, follows int64) jobs.SuspensionTimeoutScanArgs {
-		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after, Follows: follows}
-	})
+	return fanOut(ctx, w.d, SuspensionTimeout, win, suspensionScan.next)
 }
 
 var suspensionScan = &scanSpec[store.ExpiredSuspension]{

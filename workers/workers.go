@@ -511,7 +511,7 @@ var rowKinds = map[string]string{
 // scan has started gets a follow-up with a unique key of its own (see the
 // jobs package's "Follow-up scans"), so the tick's insert never offers the
 // key of a started scan, whose row River's completer may be locking.
-func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) S) error {
+func fanOut(ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
 	c.PartitionsDue.Add(int64(len(w.parts)))
@@ -526,8 +526,7 @@ func fanOut[S river.JobArgs](ctx context.Context, d *deps, name string, w tickWi
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	var zero S
-	scans, err := store.UnfinishedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueControl, zero.Kind())
+	scans, err := store.UnfinishedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueControl, scan(0, nil, 0).Kind())
 	if err != nil {
 		c.Errors.Add(1)
 		return fmt.Errorf("%s: %w", name, err)
