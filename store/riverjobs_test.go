@@ -19,19 +19,7 @@ func TestQueuedRowJobsAndUnfinishedScans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	insert := func(kind, queue, state, args string) int64 {
-		t.Helper()
-		var id int64
-		err := db.Pool.QueryRow(ctx, `
-			INSERT INTO river.river_job (args, kind, max_attempts, priority, queue, state, scheduled_at, finalized_at)
-			VALUES ($1::jsonb, $2, 5, 1, $3, $4::river.river_job_state, now() - interval '1 second',
-			        CASE WHEN $4 IN ('completed', 'cancelled', 'discarded') THEN now() END)
-			RETURNING id`, args, kind, queue, state).Scan(&id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	insert := func(kind, queue, state, args string) int64 { return db.InsertRawJob(t, kind, queue, state, args) }
 	row, scan := jobs.KindLeaseRelease, jobs.KindLeaseExpiryScan
 	for _, j := range []struct{ kind, queue, state, args string }{
 		{row, jobs.QueueRows, "available", `{"partition": 1}`},

@@ -183,7 +183,6 @@ func TestAdHocPromotionInRolledBackTransactionNeverRuns(t *testing.T) {
 // never retried.
 func TestRawSQLBadPromoteJobIsCancelledOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testdb.New(t)
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
 
@@ -201,12 +200,7 @@ func TestRawSQLBadPromoteJobIsCancelledOnce(t *testing.T) {
 	}
 	ids := make([]int64, len(tests))
 	for i, tt := range tests {
-		err := db.Pool.QueryRow(ctx, `
-			INSERT INTO river.river_job (kind, args, queue, max_attempts, state)
-			VALUES ($1, $2::jsonb, 'ff_rows', 5, 'available') RETURNING id`, jobs.KindPromote, tt.args).Scan(&ids[i])
-		if err != nil {
-			t.Fatal(err)
-		}
+		ids[i] = db.InsertRawJob(t, jobs.KindPromote, jobs.QueueRows, "available", tt.args)
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

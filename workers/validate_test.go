@@ -1,7 +1,6 @@
 package workers_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 // succeed, instead of being cancelled.
 func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	db := testdb.New(t)
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
 
@@ -51,13 +49,7 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 			{"Undecodable", `"7"`, "malformed JSON args: json: cannot unmarshal string into Go struct field"},
 		} {
 			j := job{name: k.kind + "/" + bad.name, prefix: fmt.Sprintf("JobCancelError: invalid %s job: ", k.kind), reason: bad.want}
-			err := db.Pool.QueryRow(ctx, `
-				INSERT INTO river.river_job (kind, args, queue, max_attempts, state)
-				VALUES ($1, $2::jsonb, $3, 5, 'available') RETURNING id`,
-				k.kind, `{"partition": `+bad.partition+k.fields+`}`, k.queue).Scan(&j.id)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j.id = db.InsertRawJob(t, k.kind, k.queue, "available", `{"partition": `+bad.partition+k.fields+`}`)
 			inserted = append(inserted, j)
 		}
 	}

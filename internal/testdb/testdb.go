@@ -257,3 +257,22 @@ func redactedAdmin() string {
 	}
 	return u.String()
 }
+
+// InsertRawJob inserts a job into River's river_job with plain SQL, as a
+// non-Go River client or a hand-written query would (no insert hooks, no
+// unique key), due a second ago, and returns its id. A finalized state gets
+// finalized_at, which River's check constraint requires.
+func (d *DB) InsertRawJob(t testing.TB, kind, queue, state, args string) int64 {
+	t.Helper()
+	var id int64
+	err := d.Pool.QueryRow(context.Background(), `
+		INSERT INTO `+pgx.Identifier{RiverSchema, "river_job"}.Sanitize()+`
+		       (args, kind, max_attempts, queue, state, scheduled_at, finalized_at)
+		VALUES ($1::jsonb, $2, 5, $3, $4::text::`+pgx.Identifier{RiverSchema, "river_job_state"}.Sanitize()+`,
+		        now() - interval '1 second', CASE WHEN $4 IN ('completed', 'cancelled', 'discarded') THEN now() END)
+		RETURNING id`, args, kind, queue, state).Scan(&id)
+	if err != nil {
+		t.Fatalf("insert %s job (%s, %s, %s): %v", kind, queue, state, args, err)
+	}
+	return id
+}
