@@ -117,6 +117,9 @@ func (e *env) lateness(ctx context.Context, lr latenessRun, lead time.Duration) 
 		return res, err
 	}
 	defer f.Close()
+	if err := e.warmFleet(ctx, f, lr.reconciler); err != nil {
+		return res, err
+	}
 	if err := f.Start(ctx); err != nil {
 		return res, err
 	}

@@ -45,7 +45,10 @@ func (r *Report) Markdown() string {
 		p("not-due rows. (a) the seed's design: partitions one after another, one transaction per row (the seed's statements),")
 		p("one connection. (b) the same per-row transaction on a pool (best of %v connections). (c) one statement per partition.", r.Config.PoolSizes)
 		p("")
-		p("Every design runs under the same `synchronous_commit` (on: each commit waits for the WAL flush; off: it does not).")
+		p("Every design runs under the same `synchronous_commit` (on: each commit waits for the WAL flush; off: it does not),")
+		p("and on warm connections, as a long-running process's are: before its window, each connection it uses has planned")
+		p("over every partition of the reconciler's tables (a backend builds its cache of a partition and its indexes the first")
+		p("time it plans against it; the CPU of that warm-up is not counted).")
 		p("")
 		if r.Config.OursOnly {
 			// Tuning runs measure ours alone: no references, no ratios.

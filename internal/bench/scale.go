@@ -99,7 +99,7 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
-	rate, stats, err := e.runOurs(ctx, jobs.ReconcilerLeaseExpiry, e.cfg.Backlog, func(ctx context.Context) (int, error) {
+	rate, stats, _, err := e.runOurs(ctx, jobs.ReconcilerLeaseExpiry, e.cfg.Backlog, func(ctx context.Context) (int, error) {
 		return leaseScenario.remaining(ctx, e.pool)
 	})
 	if err != nil {

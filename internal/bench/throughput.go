@@ -91,12 +91,11 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		return res, err
 	}
 	e.progress("throughput %s: ours (%d due, %d not due)", sc.name, due, notDue)
-	cpu := sampleCPU()
-	rate, stats, err := e.runOurs(ctx, sc.name, due, remaining)
+	rate, stats, oursCPU, err := e.runOurs(ctx, sc.name, due, remaining)
 	if err != nil {
 		return res, err
 	}
-	res.Ours, res.OursStats, res.OursCPU = rate, stats, cpu.per(due)
+	res.Ours, res.OursStats, res.OursCPU = rate, stats, oursCPU
 	if e.cfg.OursOnly {
 		e.progress("throughput %s: ours %.0f/s, CPU per row %s", sc.name, res.Ours, res.OursCPU)
 		return res, nil
@@ -106,8 +105,12 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	if err := prepare(); err != nil {
 		return res, err
 	}
+	// The loop's connection and the one counting what is left.
+	if err := warm(ctx, e.pool, 2, sc.name); err != nil {
+		return res, err
+	}
 	e.progress("throughput %s: seed loop", sc.name)
-	cpu = sampleCPU()
+	cpu := sampleCPU()
 	if res.SeedLoop, err = e.runSeedLoop(ctx, sc, due, remaining); err != nil {
 		return res, err
 	}
@@ -116,6 +119,10 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	// (b) per-row transactions on a pool.
 	for _, size := range e.cfg.PoolSizes {
 		if err := prepare(); err != nil {
+			return res, err
+		}
+		// The workers', the scanning one and the one counting what is left.
+		if err := warm(ctx, e.pool, size+2, sc.name); err != nil {
 			return res, err
 		}
 		e.progress("throughput %s: per-row pool of %d", sc.name, size)
@@ -131,6 +138,9 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 
 	// (c) set-based.
 	if err := prepare(); err != nil {
+		return res, err
+	}
+	if err := warm(ctx, e.pool, 2, sc.name); err != nil {
 		return res, err
 	}
 	e.progress("throughput %s: set-based", sc.name)
@@ -153,19 +163,24 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	return res, nil
 }
 
-// runOurs starts one fleet process and measures from its first tick to the
-// moment its last row action committed. Progress is read from the process's
+// runOurs starts one fleet process, its connections warmed (see warm), and
+// measures from its first tick to the moment its last row action committed,
+// and the CPU per row from the fleet's start. Progress is read from the process's
 // own counters: polling a count over 256 partitions every few milliseconds
 // would take ~1,000 locks each time and slow down what it measures. The
 // database is asked once at the end that nothing is left.
-func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, error) {
+func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, CPUCost, error) {
 	f, err := fleet.New(ctx, withCommit(e.fleetConfig(), e.commit))
 	if err != nil {
-		return 0, "", fmt.Errorf("fleet: %w", err)
+		return 0, "", CPUCost{}, fmt.Errorf("fleet: %w", err)
 	}
 	defer f.Close()
+	if err := e.warmFleet(ctx, f, reconciler); err != nil {
+		return 0, "", CPUCost{}, err
+	}
+	cpu := sampleCPU()
 	if err := f.Start(ctx); err != nil {
-		return 0, "", fmt.Errorf("start fleet: %w", err)
+		return 0, "", CPUCost{}, fmt.Errorf("start fleet: %w", err)
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -174,7 +189,7 @@ func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining
 	}()
 	stopProfile, err := e.startCPUProfile(reconciler + "-" + cmp.Or(e.commit, "default"))
 	if err != nil {
-		return 0, "", err
+		return 0, "", CPUCost{}, err
 	}
 	defer stopProfile()
 	counters := f.Workers.Stats().For(reconciler)
@@ -185,27 +200,27 @@ func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining
 			end = time.Now()
 			n, err := remaining(ctx)
 			if err != nil {
-				return 0, "", err
+				return 0, "", CPUCost{}, err
 			}
 			if n == 0 {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			return 0, "", fmt.Errorf("%d of %d rows applied after 15 minutes", counters.Applied.Load(), due)
+			return 0, "", CPUCost{}, fmt.Errorf("%d of %d rows applied after 15 minutes", counters.Applied.Load(), due)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, "", ctx.Err()
+			return 0, "", CPUCost{}, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	var first time.Time
 	if err := e.pool.QueryRow(ctx, `SELECT min(attempted_at) FROM river.river_job WHERE kind = $1`,
 		"ff."+reconciler+".tick").Scan(&first); err != nil {
-		return 0, "", fmt.Errorf("first tick: %w", err)
+		return 0, "", CPUCost{}, fmt.Errorf("first tick: %w", err)
 	}
-	return float64(due) / end.Sub(first).Seconds(), statsLine(counters.Snapshot(), f.Waker), nil
+	return float64(due) / end.Sub(first).Seconds(), statsLine(counters.Snapshot(), f.Waker), cpu.per(due), nil
 }
 
 // statsLine is what our process did, for the report.
