@@ -24,9 +24,10 @@ var tablesOf = map[string][]string{
 // state a long-running process's are in. A backend builds its cache entries
 // for a partition and its indexes the first time it plans against it: ~0.15 s
 // per connection for ff_exec_core's 256 partitions on the benchmark machine.
-// The seed's loop used to run on a bench connection already warm from
-// loading the rows, while each of our work connections paid for it inside
-// the measured window (docs/performance.md, "Warm connections").
+// The seed's loop used to run on the bench connection that had just loaded
+// the rows, partly warm from it, while each of our work connections paid for
+// it inside the measured window (docs/performance.md, "Warm connections").
+// n is capped at the pool's size: holding more would wait forever.
 func warm(ctx context.Context, pool *pgxpool.Pool, n int, reconciler string) error {
 	tables, ok := tablesOf[reconciler]
 	if !ok {
@@ -34,6 +35,7 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int, reconciler string) err
 	}
 	// Held at once, so that n distinct connections are warmed; released
 	// after, so the pool hands them out first (its idle ones are a stack).
+	n = min(n, int(pool.Config().MaxConns))
 	conns := make([]*pgxpool.Conn, 0, n)
 	defer func() {
 		for _, c := range conns {
