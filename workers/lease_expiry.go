@@ -33,7 +33,7 @@ func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) ti
 }
 
 func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, LeaseExpiry, store.DueLeasePartitions, store.CountDueLeases)
+	win, err := w.d.duePartitions(ctx, LeaseExpiry)
 	if err != nil {
 		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
 		return err

@@ -50,7 +50,7 @@ func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTic
 }
 
 func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, DelayedPromotion, store.DuePromotionPartitions, store.CountDuePromotions)
+	win, err := w.d.duePartitions(ctx, DelayedPromotion)
 	if err != nil {
 		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
 		return err

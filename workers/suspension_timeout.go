@@ -32,7 +32,7 @@ func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutT
 }
 
 func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, SuspensionTimeout, store.DueSuspensionPartitions, store.CountDueSuspensions)
+	win, err := w.d.duePartitions(ctx, SuspensionTimeout)
 	if err != nil {
 		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
 		return err

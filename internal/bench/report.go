@@ -48,7 +48,8 @@ func (r *Report) Markdown() string {
 		p("Every design runs under the same `synchronous_commit` (on: each commit waits for the WAL flush; off: it does not),")
 		p("and on warm connections, as a long-running process's are: before its window, each connection it uses has planned")
 		p("over every partition of the reconciler's tables (a backend builds its cache of a partition and its indexes the first")
-		p("time it plans against it; the CPU of that warm-up is not counted).")
+		p("time it plans against it), and ours has built the generic plans of its ticks' queries, as after its first ticks; the")
+		p("CPU of that warm-up is not counted.")
 		p("")
 		if r.Config.OursOnly {
 			// Tuning runs measure ours alone: no references, no ratios.

@@ -27,14 +27,28 @@ var tablesOf = map[string][]string{
 // The seed's loop used to run on the bench connection that had just loaded
 // the rows, partly warm from it, while each of our work connections paid for
 // it inside the measured window (docs/performance.md, "Warm connections").
-// n is capped at the pool's size: holding more would wait forever.
 func warm(ctx context.Context, pool *pgxpool.Pool, n int, reconciler string) error {
 	tables, ok := tablesOf[reconciler]
 	if !ok {
 		return fmt.Errorf("warm connections: no tables listed for reconciler %q", reconciler)
 	}
-	// Held at once, so that n distinct connections are warmed; released
-	// after, so the pool hands them out first (its idle ones are a stack).
+	return eachConn(ctx, pool, n, func(c *pgxpool.Conn) error {
+		for _, t := range tables {
+			// EXPLAIN plans without running: the planner opens every
+			// partition of t and each of its indexes.
+			if _, err := c.Exec(ctx, "EXPLAIN SELECT 1 FROM "+pgx.Identifier{t}.Sanitize()); err != nil {
+				return fmt.Errorf("warm connections on %s: %w", t, err)
+			}
+		}
+		return nil
+	})
+}
+
+// eachConn runs fn on n distinct connections of pool, capped at the pool's
+// size (holding more would wait forever). They are held at once, so that
+// they are distinct, and released after, so the pool hands them out first
+// (its idle ones are a stack).
+func eachConn(ctx context.Context, pool *pgxpool.Pool, n int, fn func(*pgxpool.Conn) error) error {
 	n = min(n, int(pool.Config().MaxConns))
 	conns := make([]*pgxpool.Conn, 0, n)
 	defer func() {
@@ -50,19 +64,19 @@ func warm(ctx context.Context, pool *pgxpool.Pool, n int, reconciler string) err
 		conns = append(conns, c)
 	}
 	for _, c := range conns {
-		for _, t := range tables {
-			// EXPLAIN plans without running: the planner opens every
-			// partition of t and each of its indexes.
-			if _, err := c.Exec(ctx, "EXPLAIN SELECT 1 FROM "+pgx.Identifier{t}.Sanitize()); err != nil {
-				return fmt.Errorf("warm connections on %s: %w", t, err)
-			}
+		if err := fn(c); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // warmFleet warms every connection the fleet's reconcilers plan on: the
-// work pool's and the tick pool's.
+// work pool's and the tick pool's. The tick connections also build the
+// generic plans of every tick's queries (workers.Set.PlanTicks), which a
+// process keeps from its first ticks on and which cost 90–180 ms each to
+// build: without them the window of a fresh process's first tick held ~0.5 s
+// of such planning, on one core, before any scan was enqueued.
 func (e *env) warmFleet(ctx context.Context, f *fleet.Fleet, reconciler string) error {
 	start := time.Now()
 	if err := warm(ctx, f.WorkPool, int(f.WorkPool.Config().MaxConns), reconciler); err != nil {
@@ -70,6 +84,11 @@ func (e *env) warmFleet(ctx context.Context, f *fleet.Fleet, reconciler string) 
 	}
 	if err := warm(ctx, f.TickPool, int(f.TickPool.Config().MaxConns), reconciler); err != nil {
 		return err
+	}
+	if err := eachConn(ctx, f.TickPool, int(f.TickPool.Config().MaxConns), func(c *pgxpool.Conn) error {
+		return f.Workers.PlanTicks(ctx, c)
+	}); err != nil {
+		return fmt.Errorf("warm connections: %w", err)
 	}
 	e.progress("warmed the fleet's %d connections in %s", f.WorkPool.Config().MaxConns+f.TickPool.Config().MaxConns,
 		time.Since(start).Round(time.Millisecond))

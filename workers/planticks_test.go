@@ -1,0 +1,72 @@
+package workers_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// TestPlanTicksCachesEveryTickStatement: on a connection with the tick pool's
+// force_generic_plan, PlanTicks leaves one prepared statement per tick query
+// (three reconcilers' probe and count, and the cancel probe), each with its
+// generic plan built; the ticks' own calls, with real windows, then run those
+// same statements and prepare nothing new.
+func TestPlanTicksCachesEveryTickStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	set, err := workers.New(workers.Config{Pool: db.Pool, PartitionCount: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	prepared := func() (n, generic int) {
+		t.Helper()
+		if err := conn.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE generic_plans > 0)
+			FROM pg_prepared_statements WHERE statement LIKE 'SELECT s.p%'`).Scan(&n, &generic); err != nil {
+			t.Fatal(err)
+		}
+		return n, generic
+	}
+	if err := set.PlanTicks(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	const want = 7
+	if n, generic := prepared(); n != want || generic != want {
+		t.Fatalf("after PlanTicks: %d tick statements prepared, %d with a generic plan; want %d and %d", n, generic, want, want)
+	}
+
+	now := store.NowMs()
+	for _, due := range []func() error{
+		func() error {
+			_, err := store.DueLeasePartitions(ctx, conn, now-1000, now+500, 256, store.Filter{})
+			return err
+		},
+		func() error {
+			_, err := store.CountDueSuspensions(ctx, conn, now, []int16{1, 2, 3}, store.Filter{})
+			return err
+		},
+		func() error {
+			_, err := store.DuePromotionPartitions(ctx, conn, store.NoLowerBound, now, 256, store.Filter{})
+			return err
+		},
+		func() error { _, err := store.DuePendingCancelPartitions(ctx, conn, 256, store.Filter{}); return err },
+	} {
+		if err := due(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := prepared(); n != want {
+		t.Fatalf("the ticks' own queries prepared %d more statements", n-want)
+	}
+}
