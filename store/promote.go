@@ -164,7 +164,7 @@ WITH input AS (
 ), cur AS (
     SELECT e.execution_id, e.lifecycle_phase, e.eligibility_state, e.deadline_at_ms
       FROM ff_exec_core e
-     WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM input)
+     WHERE e.partition_key = $1 AND e.execution_id = ANY($2::uuid[])
 )
 SELECT up.ord IS NOT NULL, cur.lifecycle_phase, cur.eligibility_state, cur.deadline_at_ms
   FROM input i

@@ -317,6 +317,17 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// prune at plan time to the one child a row lives in.
 			"plan_cache_mode":    "force_custom_plan",
 			"synchronous_commit": cfg.SynchronousCommit,
+			// Every statement on this pool reaches its rows through an
+			// index: a batch's keys, or a deadline range. In a partition of
+			// a few hundred rows Postgres's cost model prefers reading the
+			// whole partition to a batch's key probes, which makes a row
+			// statement cost O(partition) instead of O(batch): in the
+			// benchmark (~860 rows per partition) most promotion and
+			// suspension statements read every row of their partition, of
+			// two tables for a suspension. Off only prices sequential
+			// scans out where an index path exists (docs/performance.md,
+			// "Row statements read by key").
+			"enable_seqscan": "off",
 		},
 	})
 	if err != nil {
