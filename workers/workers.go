@@ -384,13 +384,14 @@ var deadlineTicks = map[string]tickQueries{
 
 // PlanTicks runs on db, once each, every statement the reconcilers' ticks run
 // on the tick pool, over a window ending at the epoch and with no partition
-// to count; it only reads. On a
-// connection with plan_cache_mode force_generic_plan the first run of each
-// builds the generic plan the connection then keeps: 90–180 ms of the
-// server's CPU per statement on a 2-core machine, against ~0.1 ms for each
-// tick after (docs/performance.md, "Tick plans"). The benchmark runs it on
-// each tick connection, so that its window starts from the state of a
-// process that has ticked before, as it does with warm connections.
+// to count; it only reads. On a connection with plan_cache_mode
+// force_generic_plan the first run of each builds the generic plan the
+// connection then keeps: 90–180 ms of the server's CPU per statement on a
+// 2-core machine, against ~0.1 ms for each tick after (docs/performance.md,
+// "Tick plans, and row statements that read whole partitions"). The
+// benchmark runs it on each tick connection, so that its window starts from
+// the state of a process that has ticked before, as it does with warm
+// connections.
 func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 	cfg := s.d.cfg
 	for _, name := range []string{LeaseExpiry, SuspensionTimeout, DelayedPromotion} {
