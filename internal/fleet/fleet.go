@@ -326,7 +326,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// suspension statements read every row of their partition, of
 			// two tables for a suspension. Off only prices sequential
 			// scans out where an index path exists (docs/performance.md,
-			// "Row statements read by key").
+			// "Tick plans, and row statements that read whole partitions").
 			"enable_seqscan": "off",
 		},
 	})
