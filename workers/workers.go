@@ -394,8 +394,7 @@ var deadlineTicks = map[string]tickQueries{
 // connections.
 func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 	cfg := s.d.cfg
-	for _, name := range []string{LeaseExpiry, SuspensionTimeout, DelayedPromotion} {
-		q := deadlineTicks[name]
+	for name, q := range deadlineTicks {
 		if _, err := q.due(ctx, db, store.NoLowerBound, 0, cfg.PartitionCount, cfg.Filter); err != nil {
 			return fmt.Errorf("plan %s tick: %w", name, err)
 		}

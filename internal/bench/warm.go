@@ -72,17 +72,15 @@ func eachConn(ctx context.Context, pool *pgxpool.Pool, n int, fn func(*pgxpool.C
 }
 
 // warmFleet warms every connection the fleet's reconcilers plan on: the
-// work pool's and the tick pool's. The tick connections also build the
-// generic plans of every tick's queries (workers.Set.PlanTicks), which a
-// process keeps from its first ticks on and which cost 90–180 ms each to
-// build: without them the window of a fresh process's first tick held ~0.5 s
-// of such planning, on one core, before any scan was enqueued.
+// work pool's, and the tick pool's, which build the generic plans of every
+// tick's queries (workers.Set.PlanTicks; planning them opens every partition
+// of the tables the ticks probe). A process keeps those plans from its first
+// ticks on, and they cost 90–180 ms each to build: without them the window of
+// a fresh process's first tick held ~0.5 s of such planning, on one core,
+// before any scan was enqueued.
 func (e *env) warmFleet(ctx context.Context, f *fleet.Fleet, reconciler string) error {
 	start := time.Now()
 	if err := warm(ctx, f.WorkPool, int(f.WorkPool.Config().MaxConns), reconciler); err != nil {
-		return err
-	}
-	if err := warm(ctx, f.TickPool, int(f.TickPool.Config().MaxConns), reconciler); err != nil {
 		return err
 	}
 	if err := eachConn(ctx, f.TickPool, int(f.TickPool.Config().MaxConns), func(c *pgxpool.Conn) error {
