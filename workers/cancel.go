@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -67,11 +68,7 @@ func (w *cancelDispatchTickWorker) Timeout(*river.Job[jobs.CancelDispatchTickArg
 }
 
 func (w *cancelDispatchTickWorker) Work(ctx context.Context, _ *river.Job[jobs.CancelDispatchTickArgs]) error {
-	win, err := duePendingCancelPartitions(ctx, w.d, CancelDispatch)
-	if err != nil {
-		return err
-	}
-	return fanOut(ctx, w.d, CancelDispatch, win, cancelDispatchScan.next)
+	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), CancelDispatch)
 }
 
 var cancelDispatchScan = &scanSpec[store.PendingCancelGroup]{
@@ -174,11 +171,7 @@ func (w *cancelReconcileTickWorker) Timeout(*river.Job[jobs.CancelReconcileTickA
 }
 
 func (w *cancelReconcileTickWorker) Work(ctx context.Context, _ *river.Job[jobs.CancelReconcileTickArgs]) error {
-	win, err := duePendingCancelPartitions(ctx, w.d, CancelReconcile)
-	if err != nil {
-		return err
-	}
-	return fanOut(ctx, w.d, CancelReconcile, win, cancelReconcileScan.next)
+	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), CancelReconcile)
 }
 
 var cancelReconcileScan = &scanSpec[store.PendingCancelGroup]{

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -33,12 +34,7 @@ func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) ti
 }
 
 func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, LeaseExpiry)
-	if err != nil {
-		w.d.cfg.Stats.For(LeaseExpiry).Errors.Add(1)
-		return err
-	}
-	return fanOut(ctx, w.d, LeaseExpiry, win, leaseScan.next)
+	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), LeaseExpiry)
 }
 
 var leaseScan = &scanSpec[store.ExpiredLease]{

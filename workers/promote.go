@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -50,12 +51,7 @@ func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTic
 }
 
 func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, DelayedPromotion)
-	if err != nil {
-		w.d.cfg.Stats.For(DelayedPromotion).Errors.Add(1)
-		return err
-	}
-	return fanOut(ctx, w.d, DelayedPromotion, win, promotionScan.next)
+	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), DelayedPromotion)
 }
 
 // promotionScan enqueues the same PromoteArgs other services use, in the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -32,12 +33,7 @@ func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutT
 }
 
 func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	win, err := w.d.duePartitions(ctx, SuspensionTimeout)
-	if err != nil {
-		w.d.cfg.Stats.For(SuspensionTimeout).Errors.Add(1)
-		return err
-	}
-	return fanOut(ctx, w.d, SuspensionTimeout, win, suspensionScan.next)
+	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), SuspensionTimeout)
 }
 
 var suspensionScan = &scanSpec[store.ExpiredSuspension]{

@@ -530,6 +530,47 @@ func jobLog(ctx context.Context) *slog.Logger {
 
 var discardLogger = slog.New(slog.DiscardHandler)
 
+// scanArgs maps each reconciler to the args of its partition scans.
+var scanArgs = map[string]func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs{
+	LeaseExpiry:       leaseScan.next,
+	SuspensionTimeout: suspensionScan.next,
+	DelayedPromotion:  promotionScan.next,
+	CancelDispatch:    cancelDispatchScan.next,
+	CancelReconcile:   cancelReconcileScan.next,
+}
+
+// tick is one tick of reconciler name: find its due partitions, then
+// enqueue their scans through client (see fanOut).
+func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], name string) error {
+	var (
+		win tickWindow
+		err error
+	)
+	if _, ok := deadlineTicks[name]; ok {
+		win, err = d.duePartitions(ctx, name)
+		if err != nil {
+			d.cfg.Stats.For(name).Errors.Add(1)
+		}
+	} else {
+		win, err = duePendingCancelPartitions(ctx, d, name)
+	}
+	if err != nil {
+		return err
+	}
+	return fanOut(ctx, client, d, name, win, scanArgs[name])
+}
+
+// Tick runs one tick of reconciler name (LeaseExpiry, …) as its periodic
+// job does, enqueuing its partition scans through client, and counts it in
+// Stats. The benchmark times it: a tick's work from its start to its
+// fan-out, without River's fetch of the tick job around it.
+func (s *Set) Tick(ctx context.Context, client *river.Client[pgx.Tx], name string) error {
+	if _, ok := scanArgs[name]; !ok {
+		return fmt.Errorf("tick: unknown reconciler %q", name)
+	}
+	return s.d.tick(ctx, client, name)
+}
+
 // rowKinds maps each reconciler to the kind of its row jobs.
 var rowKinds = map[string]string{
 	LeaseExpiry:       jobs.KindLeaseRelease,
@@ -553,7 +594,7 @@ var rowKinds = map[string]string{
 // scan has started gets a follow-up with a unique key of its own (see the
 // jobs package's "Follow-up scans"), so the tick's insert never offers the
 // key of a started scan, whose row River's completer may be locking.
-func fanOut(ctx context.Context, d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs) error {
+func fanOut(ctx context.Context, client *river.Client[pgx.Tx], d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs) error {
 	c := d.cfg.Stats.For(name)
 	c.Ticks.Add(1)
 	c.PartitionsDue.Add(int64(len(w.parts)))
@@ -627,7 +668,6 @@ func fanOut(ctx context.Context, d *deps, name string, w tickWindow, scan func(p
 	if len(params) == 0 {
 		return nil
 	}
-	client := river.ClientFromContext[pgx.Tx](ctx)
 	res, err := client.InsertMany(ctx, params)
 	if err != nil {
 		c.Errors.Add(1)

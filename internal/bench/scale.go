@@ -18,16 +18,21 @@ import (
 // rows, and how fast a large backlog drains.
 type ScaleResult struct {
 	SmallRows, LargeRows int
-	SmallTick, LargeTick time.Duration // median of the tick's due-partitions query
-	LargePlan            string        // EXPLAIN (ANALYZE) with the large table
-	ScanPlan             string        // EXPLAIN (ANALYZE) of one partition scan
-	Backlog              int
-	BacklogDrain         time.Duration
-	BacklogRate          float64
-	BacklogStats         string
+	SmallTick, LargeTick time.Duration // median of the tick's due-partitions query alone
+	// SmallFanOut and LargeFanOut are the medians of a whole tick, from its
+	// start to its fan-out (workers.Set.Tick: the due queries, the busy
+	// checks and the insert of 256 scans).
+	SmallFanOut, LargeFanOut time.Duration
+	LargePlan                string // EXPLAIN (ANALYZE) with the large table
+	ScanPlan                 string // EXPLAIN (ANALYZE) of one partition scan
+	Backlog                  int
+	BacklogDrain             time.Duration
+	BacklogRate              float64
+	BacklogStats             string
 }
 
-const tickSamples = 30
+// tickRounds is how many times each database's tick is timed.
+const tickRounds = 30
 
 func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	res := ScaleResult{SmallRows: e.cfg.ScaleSmall, LargeRows: e.cfg.ScaleLarge, Backlog: e.cfg.Backlog}
@@ -68,12 +73,13 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	if err != nil {
 		return res, err
 	}
-	e.progress("scale: tick query, %d against %d not-due rows, alternating", e.cfg.ScaleSmall, e.cfg.ScaleLarge)
-	ticks, err := e.medianTicks(ctx, smallURL, e.url)
+	e.progress("scale: tick, %d against %d not-due rows, alternating", e.cfg.ScaleSmall, e.cfg.ScaleLarge)
+	queries, fanOuts, err := e.medianTicks(ctx, smallURL, e.url)
 	if err != nil {
 		return res, err
 	}
-	res.SmallTick, res.LargeTick = ticks[0], ticks[1]
+	res.SmallTick, res.LargeTick = queries[0], queries[1]
+	res.SmallFanOut, res.LargeFanOut = fanOuts[0], fanOuts[1]
 	// Plans with the large table in place.
 	now := store.NowMs()
 	if res.LargePlan, err = e.explain(ctx, `SELECT s.p FROM (SELECT g::smallint AS p FROM generate_series(0, $1::int - 1) AS g) AS s
@@ -112,10 +118,14 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	return res, nil
 }
 
-// medianTicks times the tick's query as the worker runs it (through the tick
-// pool, with a cached generic plan: see internal/fleet) in each database of
-// urls, taking turns, and returns each one's median.
-func (e *env) medianTicks(ctx context.Context, urls ...string) ([]time.Duration, error) {
+// medianTicks times, in each database of urls, taking turns, the lease
+// expiry tick as the worker runs it: its due-partitions query alone (through
+// the tick pool, with a cached generic plan: see internal/fleet), and the
+// whole tick from its start to its fan-out (workers.Set.Tick). It returns
+// each database's medians. After each tick it deletes the scans the tick
+// enqueued, untimed, so that every tick finds all 256 partitions due and
+// none with a scan already queued.
+func (e *env) medianTicks(ctx context.Context, urls ...string) (queries, fanOuts []time.Duration, err error) {
 	fleets := make([]*fleet.Fleet, 0, len(urls))
 	defer func() {
 		for _, f := range fleets {
@@ -127,16 +137,18 @@ func (e *env) medianTicks(ctx context.Context, urls ...string) ([]time.Duration,
 		c.DatabaseURL = u
 		f, err := fleet.New(ctx, c)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		fleets = append(fleets, f)
 	}
-	samples := make([][]time.Duration, len(urls))
+	scanKind := jobs.LeaseExpiryScanArgs{}.Kind()
+	querySamples := make([][]time.Duration, len(urls))
+	tickSamples := make([][]time.Duration, len(urls))
 	order := make([]int, len(urls))
 	for i := range order {
 		order[i] = i
 	}
-	for range tickSamples {
+	for range tickRounds {
 		// Each round in the opposite order of the last, so neither database
 		// is always the one queried first.
 		slices.Reverse(order)
@@ -145,20 +157,37 @@ func (e *env) medianTicks(ctx context.Context, urls ...string) ([]time.Duration,
 			start := time.Now()
 			parts, err := store.DueLeasePartitions(ctx, f.TickPool, store.NoLowerBound, store.NowMs(), jobs.PartitionCount, store.Filter{})
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			samples[i] = append(samples[i], time.Since(start))
+			querySamples[i] = append(querySamples[i], time.Since(start))
 			if len(parts) != jobs.PartitionCount {
-				return nil, fmt.Errorf("tick found %d due partitions; want %d", len(parts), jobs.PartitionCount)
+				return nil, nil, fmt.Errorf("tick found %d due partitions; want %d", len(parts), jobs.PartitionCount)
+			}
+			start = time.Now()
+			if err := f.Workers.Tick(ctx, f.Client, jobs.ReconcilerLeaseExpiry); err != nil {
+				return nil, nil, err
+			}
+			tickSamples[i] = append(tickSamples[i], time.Since(start))
+			tag, err := f.WorkPool.Exec(ctx, `DELETE FROM `+pgx.Identifier{f.Config.RiverSchema, "river_job"}.Sanitize()+` WHERE kind = $1`, scanKind)
+			if err != nil {
+				return nil, nil, fmt.Errorf("delete the tick's scans: %w", err)
+			}
+			if tag.RowsAffected() != jobs.PartitionCount {
+				return nil, nil, fmt.Errorf("tick enqueued %d scans; want %d", tag.RowsAffected(), jobs.PartitionCount)
 			}
 		}
 	}
-	medians := make([]time.Duration, len(urls))
+	return medians(querySamples), medians(tickSamples), nil
+}
+
+// medians returns the median of each list of samples (sorting them).
+func medians(samples [][]time.Duration) []time.Duration {
+	out := make([]time.Duration, len(samples))
 	for i, ds := range samples {
 		slices.Sort(ds)
-		medians[i] = ds[len(ds)/2]
+		out[i] = ds[len(ds)/2]
 	}
-	return medians, nil
+	return out
 }
 
 func (e *env) explain(ctx context.Context, sql string, args ...any) (string, error) {

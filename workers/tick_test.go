@@ -1,0 +1,76 @@
+package workers_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// TestTickEnqueuesScansOfDuePartitions: Set.Tick, outside River's periodic
+// job, does what a tick job does: it enqueues one scan for each partition
+// holding a due row (not for a partition whose rows fall due later), and a
+// second tick adds none while those scans wait. The fleet is not started, so
+// nothing runs the scans. An unknown reconciler is refused by name.
+func TestTickEnqueuesScansOfDuePartitions(t *testing.T) {
+	t.Parallel()
+	for _, tt := range deadlineRows {
+		t.Run(tt.reconciler, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t)
+			f, err := fleet.New(ctx, fleet.Config{DatabaseURL: db.URL, RiverSchema: testdb.RiverSchema,
+				Reconcilers: fleettest.Fast(tt.reconciler), Logger: fleettest.Logger(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(f.Close)
+
+			now := store.NowMs()
+			tt.insert(t, db.Pool, 3, now-1000)
+			tt.insert(t, db.Pool, 7, now-5)
+			tt.insert(t, db.Pool, 9, now+3_600_000)
+			scanned := func() []int16 {
+				t.Helper()
+				rows, err := db.Pool.Query(ctx, `SELECT (args->>'partition')::smallint FROM river.river_job
+					WHERE kind = $1 AND state = 'available' ORDER BY 1`, tt.scan(0).Kind())
+				if err != nil {
+					t.Fatal(err)
+				}
+				var ps []int16
+				for rows.Next() {
+					var p int16
+					if err := rows.Scan(&p); err != nil {
+						t.Fatal(err)
+					}
+					ps = append(ps, p)
+				}
+				if err := rows.Err(); err != nil {
+					t.Fatal(err)
+				}
+				return ps
+			}
+
+			for i := range 2 {
+				if err := f.Workers.Tick(ctx, f.Client, tt.reconciler); err != nil {
+					t.Fatalf("tick %d: %v", i+1, err)
+				}
+				if got := scanned(); !slices.Equal(got, []int16{3, 7}) {
+					t.Fatalf("after tick %d: scans of partitions %v; want [3 7]", i+1, got)
+				}
+			}
+			if c := f.Workers.Stats().For(tt.reconciler).Snapshot(); c.Ticks != 2 || c.Errors != 0 {
+				t.Fatalf("stats %+v; want 2 ticks and no error", c)
+			}
+
+			err = f.Workers.Tick(ctx, f.Client, "lease_expiri")
+			if err == nil || err.Error() != `tick: unknown reconciler "lease_expiri"` {
+				t.Fatalf("Tick(lease_expiri) = %v; want an error naming the unknown reconciler", err)
+			}
+		})
+	}
+}
