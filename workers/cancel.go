@@ -43,15 +43,11 @@ func groupCursor(g store.PendingCancelGroup) jobs.ScanCursor {
 }
 
 // duePendingCancelPartitions runs the probe shared by both ticks.
-func duePendingCancelPartitions(ctx context.Context, d *deps, name string) (tickWindow, error) {
+func duePendingCancelPartitions(ctx context.Context, d *deps) (tickWindow, error) {
 	w := tickWindow{nowMs: store.NowMs()}
 	parts, err := store.DuePendingCancelPartitions(ctx, d.tickDB(), d.cfg.PartitionCount, d.cfg.Filter)
-	if err != nil {
-		d.cfg.Stats.For(name).Errors.Add(1)
-		return w, err
-	}
 	w.parts = parts
-	return w, nil
+	return w, err
 }
 
 // ---- dispatch ----

@@ -548,13 +548,11 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], name stri
 	)
 	if _, ok := deadlineTicks[name]; ok {
 		win, err = d.duePartitions(ctx, name)
-		if err != nil {
-			d.cfg.Stats.For(name).Errors.Add(1)
-		}
 	} else {
-		win, err = duePendingCancelPartitions(ctx, d, name)
+		win, err = duePendingCancelPartitions(ctx, d)
 	}
 	if err != nil {
+		d.cfg.Stats.For(name).Errors.Add(1)
 		return err
 	}
 	return fanOut(ctx, client, d, name, win, scanArgs[name])

@@ -156,7 +156,7 @@ func (r *Report) Markdown() string {
 		p("Ratio %.2f (target ≤ 1.5): %s. The due-partitions query alone: %.2f (see docs/performance.md, \"The scale",
 			float64(s.LargeFanOut)/float64(s.SmallFanOut), verdict(float64(s.LargeFanOut) <= 1.5*float64(s.SmallFanOut)),
 			float64(s.LargeTick)/float64(s.SmallTick))
-		p("section's spread\").")
+		p("target: a tick, from its start to its fan-out\").")
 		p("")
 		p("Plan of the tick's query with %d not-due rows (each partition's probe is a run-time-pruned index scan):", s.LargeRows)
 		p("")
