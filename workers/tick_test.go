@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -41,15 +43,8 @@ func TestTickEnqueuesScansOfDuePartitions(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var ps []int16
-				for rows.Next() {
-					var p int16
-					if err := rows.Scan(&p); err != nil {
-						t.Fatal(err)
-					}
-					ps = append(ps, p)
-				}
-				if err := rows.Err(); err != nil {
+				ps, err := pgx.CollectRows(rows, pgx.RowTo[int16])
+				if err != nil {
 					t.Fatal(err)
 				}
 				return ps

@@ -555,7 +555,7 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], name stri
 		d.cfg.Stats.For(name).Errors.Add(1)
 		return err
 	}
-	return fanOut(ctx, client, d, name, win, scanArgs[name])
+	return fanOut(ctx, client, d, name, win)
 }
 
 // Tick runs one tick of reconciler name (LeaseExpiry, …) as its periodic
@@ -592,8 +592,8 @@ var rowKinds = map[string]string{
 // scan has started gets a follow-up with a unique key of its own (see the
 // jobs package's "Follow-up scans"), so the tick's insert never offers the
 // key of a started scan, whose row River's completer may be locking.
-func fanOut(ctx context.Context, client *river.Client[pgx.Tx], d *deps, name string, w tickWindow, scan func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs) error {
-	c := d.cfg.Stats.For(name)
+func fanOut(ctx context.Context, client *river.Client[pgx.Tx], d *deps, name string, w tickWindow) error {
+	c, scan := d.cfg.Stats.For(name), scanArgs[name]
 	c.Ticks.Add(1)
 	c.PartitionsDue.Add(int64(len(w.parts)))
 	if len(w.parts) == 0 {
