@@ -1,6 +1,9 @@
 # FlowFabric reconcilers on River. `make run` and `make test` need nothing but
 # Go: scripts/ensure-postgres.sh finds or starts a local PostgreSQL.
 GO        ?= go
+# pipefail: a recipe piping go test into its reporter fails with go test.
+SHELL       := bash
+.SHELLFLAGS := -eu -o pipefail -c
 BIN       := bin/worker
 # Honour DATABASE_URL when set; otherwise ensure-postgres.sh prints the
 # local server's URL (starting one if needed).
@@ -32,17 +35,24 @@ run: build
 migrate: build
 	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema
 
-## test: lint, then every test against a real PostgreSQL (each test makes its own database).
-# One test at a time: statements over whole 256-way partitioned tables take
-# ~1,000-2,300 lock slots each, and a server with the default
-# max_locks_per_transaction (64 x 100 connections) has 6,400 in all.
+## test: lint, then every test against a real PostgreSQL: a private cluster started for the run
+## (scripts/test-postgres.sh; TEST_DATABASE_URL uses another server), each test in a database of its own.
+# Packages (TEST_P) and tests within a package (TEST_PARALLEL) run side by
+# side: most of a test's time is spent waiting for ticks. With
+# TEST_DATABASE_URL on a server with the default lock table, use 1 and 1.
+TEST_P        ?= 4
+TEST_PARALLEL ?= 4
 test: lint
-	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" $(GO) test -count=1 -p 1 -parallel 1 -timeout 30m ./...
+	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
+	echo "testing against $$url ($(TEST_P) packages x $(TEST_PARALLEL) tests at a time)"; \
+	TEST_DATABASE_URL="$$url" $(GO) test -json -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 20m ./... \
+	  | $(GO) run ./internal/cmd/testreport
 
 ## test-fleet: the long chaos test: 3 real worker processes, ~90 s of feed, kills and backend terminations,
 ## River's rescuer (about 2 minutes). FF_CHAOS_REPORT=path also writes the figures as JSON.
 test-fleet:
-	@url=$(DB_URL) && TEST_DATABASE_URL="$${TEST_DATABASE_URL:-$$url}" FF_CHAOS_LONG=1 $(GO) test -count=1 -run TestFleetChaos -v ./internal/chaostest/
+	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
+	TEST_DATABASE_URL="$$url" FF_CHAOS_LONG=1 $(GO) test -count=1 -run TestFleetChaos -v ./internal/chaostest/
 
 ## lint: go vet and gofmt.
 lint:
@@ -54,5 +64,7 @@ lint:
 bench: build
 	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) bench --out docs/benchmarks.md $(BENCH_FLAGS)
 
+## clean: the binary, and the test cluster's data (it is rebuilt on the next `make test`).
 clean:
-	rm -rf bin
+	./scripts/test-postgres.sh stop
+	rm -rf bin .data/test-postgres
