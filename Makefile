@@ -54,9 +54,10 @@ test-fleet:
 	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
 	TEST_DATABASE_URL="$$url" FF_CHAOS_LONG=1 $(GO) test -count=1 -run TestFleetChaos -v ./internal/chaostest/
 
-## lint: go vet and gofmt.
+## lint: go vet, gofmt, and go.mod/go.sum as go mod tidy leaves them.
 lint:
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 )
 
 // PartitionCount is the number of FlowFabric flow partitions; valid
@@ -20,29 +22,15 @@ func ValidatePartition(p int) error {
 
 // ParseUUID checks that s is a UUID in its canonical 36-character form
 // (8-4-4-4-12 hex digits, either case) and returns it in lower case, the form
-// Postgres prints.
+// Postgres prints. Job args take that form only; stored data is read with
+// uuid.Parse, which also takes the braced, urn: and 32-digit forms, as
+// FlowFabric's Uuid::parse_str does.
 func ParseUUID(s string) (string, error) {
-	if len(s) != 36 {
+	u, err := uuid.Parse(s)
+	if err != nil || len(s) != 36 {
 		return "", fmt.Errorf("%q is not a UUID (want 8-4-4-4-12 hex digits)", s)
 	}
-	b := []byte(s)
-	for i, c := range b {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return "", fmt.Errorf("%q is not a UUID (want 8-4-4-4-12 hex digits)", s)
-			}
-			continue
-		}
-		switch {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		case c >= 'A' && c <= 'F':
-			b[i] = c + ('a' - 'A')
-		default:
-			return "", fmt.Errorf("%q is not a UUID (want 8-4-4-4-12 hex digits)", s)
-		}
-	}
-	return string(b), nil
+	return u.String(), nil
 }
 
 // ExecutionID is a FlowFabric execution: its flow partition and UUID.
@@ -62,7 +50,7 @@ func ParseExecutionID(s string) (ExecutionID, error) {
 	if !ok {
 		return ExecutionID{}, fmt.Errorf("execution id %q: want the form {fp:N}:<uuid>", s)
 	}
-	num, uuid, ok := strings.Cut(rest, "}:")
+	num, id, ok := strings.Cut(rest, "}:")
 	if !ok {
 		return ExecutionID{}, fmt.Errorf("execution id %q: want the form {fp:N}:<uuid>", s)
 	}
@@ -73,7 +61,7 @@ func ParseExecutionID(s string) (ExecutionID, error) {
 	if err := ValidatePartition(p); err != nil {
 		return ExecutionID{}, fmt.Errorf("execution id %q: %w", s, err)
 	}
-	u, err := ParseUUID(uuid)
+	u, err := ParseUUID(id)
 	if err != nil {
 		return ExecutionID{}, fmt.Errorf("execution id %q: %w", s, err)
 	}

@@ -8,8 +8,6 @@ import (
 	"github.com/flowfabric/ffreconcile/jobs"
 )
 
-const testUUID = "6f1c0b1e-2d3a-4b5c-8d9e-0a1b2c3d4e5f"
-
 func TestParseExecutionID(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

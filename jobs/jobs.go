@@ -3,12 +3,15 @@
 // enqueue work (chiefly PromoteArgs, the ad-hoc delayed promotion), so it
 // depends on nothing of this project and on nothing heavier than River.
 //
-// Every reconciler has the same three kinds of job:
+// Every reconciler has the same three kinds of job, "ff.<reconciler>.<step>",
+// declared in the reconciler's own file here:
 //
-//   - a tick, run periodically on the elected leader, that finds the
-//     partitions holding due rows with one indexed query;
-//   - a partition scan per such partition, unique among unfinished jobs, that
-//     selects a batch of due rows oldest first and inserts one row job each;
+//   - a tick ("ff.<reconciler>.tick"), run periodically on the elected
+//     leader, that finds the partitions holding due rows with one indexed
+//     query;
+//   - a partition scan ("ff.<reconciler>.scan") per such partition, unique
+//     among unfinished jobs, that selects a batch of due rows oldest first
+//     and inserts one row job each (its args embed ScanArgs);
 //   - a row job that applies the reconciler's action to one row in one
 //     transaction, re-checking its condition atomically with the change, so
 //     running it twice changes nothing the second time.
@@ -36,21 +39,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 )
 
-// Reconciler names. A reconciler's kinds are "ff.<name>.<step>".
-const (
-	ReconcilerLeaseExpiry       = "lease_expiry"
-	ReconcilerSuspensionTimeout = "suspension_timeout"
-	ReconcilerDelayedPromotion  = "delayed_promotion"
-	ReconcilerCancelDispatch    = "cancel_dispatch"
-	ReconcilerCancelReconcile   = "cancel_reconcile"
-)
-
-// Reconcilers lists every reconciler name.
-var Reconcilers = []string{
-	ReconcilerLeaseExpiry, ReconcilerSuspensionTimeout, ReconcilerDelayedPromotion,
-	ReconcilerCancelDispatch, ReconcilerCancelReconcile,
-}
-
 // Queues. Ticks and scans are few and must not wait behind a backlog of row
 // actions, so they have a queue of their own.
 const (
@@ -58,28 +46,10 @@ const (
 	QueueRows    = "ff_rows"    // one job per row action
 )
 
-// Job kinds. These strings are stored in river_job.kind: never rename them.
-const (
-	KindLeaseExpiryTick = "ff.lease_expiry.tick"
-	KindLeaseExpiryScan = "ff.lease_expiry.scan"
-	KindLeaseRelease    = "ff.lease_expiry.release"
-
-	KindSuspensionTimeoutTick = "ff.suspension_timeout.tick"
-	KindSuspensionTimeoutScan = "ff.suspension_timeout.scan"
-	KindSuspensionExpire      = "ff.suspension_timeout.expire"
-
-	KindDelayedPromotionTick = "ff.delayed_promotion.tick"
-	KindDelayedPromotionScan = "ff.delayed_promotion.scan"
-	KindPromote              = "ff.delayed_promotion.promote"
-
-	KindCancelDispatchTick = "ff.cancel_dispatch.tick"
-	KindCancelDispatchScan = "ff.cancel_dispatch.scan"
-	KindCancelDispatch     = "ff.cancel_dispatch.dispatch"
-
-	KindCancelReconcileTick = "ff.cancel_reconcile.tick"
-	KindCancelReconcileScan = "ff.cancel_reconcile.scan"
-	KindCancelReconcile     = "ff.cancel_reconcile.reconcile"
-)
+// DefaultRiverSchema is the Postgres schema of River's tables, where other
+// services insert their jobs, unless the fleet is configured with another
+// (--river-schema).
+const DefaultRiverSchema = "river"
 
 // UnfinishedStates is the uniqueness scope of scans and row jobs: a key is
 // taken only while a job with it can still run. River's default also includes
@@ -111,6 +81,11 @@ const (
 // only its partition's.
 const ScanPriority = 2
 
+// RiverSchedulerInterval is how often River's scheduler makes scheduled
+// jobs available (River's fixed default; not configurable in v0.51). A job
+// scheduled for a time therefore starts up to this much after it.
+const RiverSchedulerInterval = 5 * time.Second
+
 func scanOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueueControl,
@@ -137,196 +112,3 @@ func TickInsertOpts(interval time.Duration) *river.InsertOpts {
 		UniqueOpts:  river.UniqueOpts{ByPeriod: interval},
 	}
 }
-
-// ScanCursor continues a partition scan after the last row of a full batch,
-// in the scan's order (deadline, then row key), so a backlog larger than one
-// batch drains without waiting for the next tick. A tick also starts the scan
-// of a partition whose due rows are all still queued after them (at_ms: the
-// tick's now − 1, the largest ids), so it enqueues only rows falling due
-// later.
-type ScanCursor struct {
-	AtMs int64  `json:"at_ms"`         // deadline of the last row
-	ID   string `json:"id"`            // execution_id, or flow_id for cancel groups
-	ID2  string `json:"id2,omitempty"` // downstream_eid for cancel groups
-	N    int32  `json:"n,omitempty"`   // attempt_index for leases
-}
-
-// ---- lease expiry ----
-
-// LeaseExpiryTickArgs is the periodic lease-expiry tick.
-type LeaseExpiryTickArgs struct{}
-
-// Kind implements river.JobArgs.
-func (LeaseExpiryTickArgs) Kind() string { return KindLeaseExpiryTick }
-
-// LeaseExpiryScanArgs scans one partition for expired leases.
-type LeaseExpiryScanArgs struct {
-	Partition int16       `json:"partition" river:"unique"`
-	After     *ScanCursor `json:"after,omitempty"`
-	// Follows is the id of the partition's scan that had already started
-	// when a tick wanted the partition scanned again (0: none); see
-	// "Follow-up scans" in the package doc.
-	Follows int64 `json:"follows,omitempty" river:"unique"`
-}
-
-// Kind implements river.JobArgs.
-func (LeaseExpiryScanArgs) Kind() string { return KindLeaseExpiryScan }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (LeaseExpiryScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// LeaseReleaseArgs releases one attempt's expired lease.
-type LeaseReleaseArgs struct {
-	Partition    int16  `json:"partition" river:"unique"`
-	ExecutionID  string `json:"execution_id" river:"unique"`
-	AttemptIndex int32  `json:"attempt_index" river:"unique"`
-	// DeadlineMs is the lease expiry the scan saw (Unix ms; 0: unknown),
-	// not part of the unique key: a job started up to 5 s before it snoozes
-	// until just after it, and it feeds the lateness metric. The action
-	// re-checks the lease itself either way.
-	DeadlineMs int64 `json:"deadline_ms,omitempty"`
-}
-
-// Kind implements river.JobArgs.
-func (LeaseReleaseArgs) Kind() string { return KindLeaseRelease }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (LeaseReleaseArgs) InsertOpts() river.InsertOpts { return rowOpts() }
-
-// ---- suspension timeout ----
-
-// SuspensionTimeoutTickArgs is the periodic suspension-timeout tick.
-type SuspensionTimeoutTickArgs struct{}
-
-// Kind implements river.JobArgs.
-func (SuspensionTimeoutTickArgs) Kind() string { return KindSuspensionTimeoutTick }
-
-// SuspensionTimeoutScanArgs scans one partition for timed-out suspensions.
-type SuspensionTimeoutScanArgs struct {
-	Partition int16       `json:"partition" river:"unique"`
-	After     *ScanCursor `json:"after,omitempty"`
-	// Follows is the id of the partition's scan that had already started
-	// when a tick wanted the partition scanned again (0: none); see
-	// "Follow-up scans" in the package doc.
-	Follows int64 `json:"follows,omitempty" river:"unique"`
-}
-
-// Kind implements river.JobArgs.
-func (SuspensionTimeoutScanArgs) Kind() string { return KindSuspensionTimeoutScan }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (SuspensionTimeoutScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// SuspensionExpireArgs applies the timeout behaviour of one suspension.
-type SuspensionExpireArgs struct {
-	Partition   int16  `json:"partition" river:"unique"`
-	ExecutionID string `json:"execution_id" river:"unique"`
-	// DeadlineMs is the timeout the scan saw (Unix ms; 0: unknown), not part
-	// of the unique key: a job started up to 5 s before it snoozes until
-	// just after it, and it feeds the lateness metric. The action re-checks
-	// the suspension itself either way.
-	DeadlineMs int64 `json:"deadline_ms,omitempty"`
-}
-
-// Kind implements river.JobArgs.
-func (SuspensionExpireArgs) Kind() string { return KindSuspensionExpire }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (SuspensionExpireArgs) InsertOpts() river.InsertOpts { return rowOpts() }
-
-// ---- delayed promotion ----
-
-// DelayedPromotionTickArgs is the periodic delayed-promotion sweep tick.
-type DelayedPromotionTickArgs struct{}
-
-// Kind implements river.JobArgs.
-func (DelayedPromotionTickArgs) Kind() string { return KindDelayedPromotionTick }
-
-// DelayedPromotionScanArgs scans one partition for delayed executions whose
-// delay has elapsed.
-type DelayedPromotionScanArgs struct {
-	Partition int16       `json:"partition" river:"unique"`
-	After     *ScanCursor `json:"after,omitempty"`
-	// Follows is the id of the partition's scan that had already started
-	// when a tick wanted the partition scanned again (0: none); see
-	// "Follow-up scans" in the package doc.
-	Follows int64 `json:"follows,omitempty" river:"unique"`
-}
-
-// Kind implements river.JobArgs.
-func (DelayedPromotionScanArgs) Kind() string { return KindDelayedPromotionScan }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (DelayedPromotionScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// ---- sibling-cancel dispatch and its reconciler ----
-
-// CancelDispatchTickArgs is the periodic sibling-cancel dispatch tick.
-type CancelDispatchTickArgs struct{}
-
-// Kind implements river.JobArgs.
-func (CancelDispatchTickArgs) Kind() string { return KindCancelDispatchTick }
-
-// CancelDispatchScanArgs scans one partition's pending cancel groups.
-type CancelDispatchScanArgs struct {
-	Partition int16       `json:"partition" river:"unique"`
-	After     *ScanCursor `json:"after,omitempty"`
-	// Follows is the id of the partition's scan that had already started
-	// when a tick wanted the partition scanned again (0: none); see
-	// "Follow-up scans" in the package doc.
-	Follows int64 `json:"follows,omitempty" river:"unique"`
-}
-
-// Kind implements river.JobArgs.
-func (CancelDispatchScanArgs) Kind() string { return KindCancelDispatchScan }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (CancelDispatchScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// CancelGroupArgs identifies one pending cancel group (an edge group).
-type CancelGroupArgs struct {
-	Partition     int16  `json:"partition" river:"unique"`
-	FlowID        string `json:"flow_id" river:"unique"`
-	DownstreamEID string `json:"downstream_eid" river:"unique"`
-}
-
-// CancelDispatchArgs drains one pending cancel group.
-type CancelDispatchArgs CancelGroupArgs
-
-// Kind implements river.JobArgs.
-func (CancelDispatchArgs) Kind() string { return KindCancelDispatch }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (CancelDispatchArgs) InsertOpts() river.InsertOpts { return rowOpts() }
-
-// CancelReconcileTickArgs is the periodic stale-pending-row reconciler tick.
-type CancelReconcileTickArgs struct{}
-
-// Kind implements river.JobArgs.
-func (CancelReconcileTickArgs) Kind() string { return KindCancelReconcileTick }
-
-// CancelReconcileScanArgs scans one partition's pending cancel groups for
-// stale rows.
-type CancelReconcileScanArgs struct {
-	Partition int16       `json:"partition" river:"unique"`
-	After     *ScanCursor `json:"after,omitempty"`
-	// Follows is the id of the partition's scan that had already started
-	// when a tick wanted the partition scanned again (0: none); see
-	// "Follow-up scans" in the package doc.
-	Follows int64 `json:"follows,omitempty" river:"unique"`
-}
-
-// Kind implements river.JobArgs.
-func (CancelReconcileScanArgs) Kind() string { return KindCancelReconcileScan }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (CancelReconcileScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// CancelReconcileArgs reconciles one pending cancel group.
-type CancelReconcileArgs CancelGroupArgs
-
-// Kind implements river.JobArgs.
-func (CancelReconcileArgs) Kind() string { return KindCancelReconcile }
-
-// InsertOpts implements river.JobArgsWithInsertOpts.
-func (CancelReconcileArgs) InsertOpts() river.InsertOpts { return rowOpts() }

@@ -2,8 +2,9 @@ package leasehistory
 
 import (
 	"fmt"
-	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/flowfabric/ffreconcile/store"
 )
@@ -93,14 +94,16 @@ func toEvent(row *store.LeaseEvent) (Event, error) {
 	if !ok {
 		return Event{}, fmt.Errorf("unknown event type %q", row.EventType)
 	}
-	uuid, ok := canonicalUUID(row.ExecutionID)
-	if !ok {
+	// Any form FlowFabric's Uuid::parse_str takes: hyphenated, 32 hex
+	// digits, braced, urn:uuid:.
+	id, err := uuid.Parse(row.ExecutionID)
+	if err != nil {
 		return Event{}, fmt.Errorf("execution id %q is not a UUID", row.ExecutionID)
 	}
 	ev := Event{
 		Type:         typ,
 		EventID:      row.EventID,
-		ExecutionID:  fmt.Sprintf("{fp:%d}:%s", row.PartitionKey, uuid),
+		ExecutionID:  fmt.Sprintf("{fp:%d}:%s", row.PartitionKey, id),
 		Partition:    int(row.PartitionKey),
 		OccurredAt:   time.UnixMilli(row.OccurredAtMs).UTC(),
 		OccurredAtMs: row.OccurredAtMs,
@@ -116,30 +119,4 @@ func toEvent(row *store.LeaseEvent) (Event, error) {
 		ev.InstanceTag = *row.InstanceTag
 	}
 	return ev, nil
-}
-
-// canonicalUUID accepts the hyphenated (36 characters) and simple (32 hex
-// digits) forms, as the Rust uuid crate does for these inputs, and returns
-// the lowercase hyphenated form FlowFabric prints.
-func canonicalUUID(s string) (string, bool) {
-	var hexDigits string
-	switch len(s) {
-	case 36:
-		if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-			return "", false
-		}
-		hexDigits = s[:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
-	case 32:
-		hexDigits = s
-	default:
-		return "", false
-	}
-	for i := 0; i < len(hexDigits); i++ {
-		c := hexDigits[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return "", false
-		}
-	}
-	h := strings.ToLower(hexDigits)
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], true
 }

@@ -6,24 +6,34 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-func TestCanonicalUUID(t *testing.T) {
+// TestEventExecutionIDForms: toEvent reads a stored execution id in every
+// form FlowFabric's Uuid::parse_str takes and prints FlowFabric's
+// {fp:N}:<uuid> with the lower-case hyphenated form; a row whose id is not a
+// UUID is refused (the stream skips it with a warning).
+func TestEventExecutionIDForms(t *testing.T) {
 	t.Parallel()
+	const want = "{fp:3}:0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001"
 	tests := []struct {
-		in, want string
-		ok       bool
+		in string
+		ok bool
 	}{
-		{"0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", "0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", true},
-		{"0B8E5A8E-7C1D-4D2A-9A54-7D1C7E0E0001", "0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", true},
-		{"0b8e5a8e7c1d4d2a9a547d1c7e0e0001", "0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", true},
-		{"{fp:3}:0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", "", false},
-		{"0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e000g", "", false},
-		{"0b8e5a8e+7c1d-4d2a-9a54-7d1c7e0e0001", "", false},
-		{"", "", false},
+		{"0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", true},
+		{"0B8E5A8E-7C1D-4D2A-9A54-7D1C7E0E0001", true},
+		{"0b8e5a8e7c1d4d2a9a547d1c7e0e0001", true},
+		{"{0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001}", true},
+		{"urn:uuid:0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", true},
+		{"{fp:3}:0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001", false},
+		{"0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e000g", false},
+		{"0b8e5a8e+7c1d-4d2a-9a54-7d1c7e0e0001", false},
+		{"", false},
 	}
 	for _, tt := range tests {
-		got, ok := canonicalUUID(tt.in)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("canonicalUUID(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		ev, err := toEvent(&store.LeaseEvent{EventID: 1, ExecutionID: tt.in, EventType: "expired", PartitionKey: 3})
+		if tt.ok && (err != nil || ev.ExecutionID != want) {
+			t.Errorf("toEvent(%q) = %q, %v; want %q", tt.in, ev.ExecutionID, err, want)
+		}
+		if !tt.ok && err == nil {
+			t.Errorf("toEvent(%q) = %q; want an error", tt.in, ev.ExecutionID)
 		}
 	}
 }

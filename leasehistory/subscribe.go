@@ -39,11 +39,11 @@ const NumPartitions = 256
 // Options configure a subscription. The zero value tails every partition
 // from now over LISTEN/NOTIFY.
 type Options struct {
-	// Partitions to deliver; empty means all 0..255.
+	// Partitions to deliver. Defaults to all, 0..255.
 	Partitions []int
-	// Cursor to resume after; empty means from now (the highest event id
-	// committed when Subscribe is called). EncodeCursor(0) replays the
-	// whole history.
+	// Cursor to resume after; EncodeCursor(0) replays the whole history.
+	// Defaults to now: the highest event id committed when Subscribe is
+	// called.
 	Cursor Cursor
 	// Namespace, when set, delivers only events whose namespace column
 	// equals it; rows with a NULL namespace never match.
@@ -53,25 +53,25 @@ type Options struct {
 	InstanceTag string
 
 	// Logger receives warnings (skipped rows, gaps passed by the bound,
-	// reconnects); nil means slog.Default().
+	// reconnects). Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// Poll reads on a timer instead of LISTEN, for connections through
 	// transaction-mode poolers (PgBouncer) where LISTEN does not work.
 	// Every query is then a single statement on a pooled connection.
 	Poll bool
-	// PollInterval is the poll period (default DefaultPollInterval).
+	// PollInterval is the poll period. Defaults to DefaultPollInterval.
 	PollInterval time.Duration
 
-	// ReconnectBackoff is the first wait after a failed connection or query
-	// (default DefaultReconnectBackoff); it doubles on each further failure
-	// up to ReconnectBackoffMax (default DefaultReconnectBackoffMax).
+	// ReconnectBackoff is the first wait after a failed connection or
+	// query; it doubles on each further failure up to ReconnectBackoffMax.
+	// Default to DefaultReconnectBackoff and DefaultReconnectBackoffMax.
 	ReconnectBackoff    time.Duration
 	ReconnectBackoffMax time.Duration
 
 	// GapWait bounds how long delivery waits at a missing event id whose
-	// writer cannot be shown to have ended (default DefaultGapWait). See
-	// the package documentation.
+	// writer cannot be shown to have ended (see the package
+	// documentation). Defaults to DefaultGapWait.
 	GapWait time.Duration
 
 	// StopWhenCaughtUp makes a bounded read: Subscribe notes the highest

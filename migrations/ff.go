@@ -16,11 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// PartitionCount is the number of hash partitions FlowFabric creates for each
-// hot table (and the number of flow partitions, 0..255).
-const PartitionCount = 256
+	"github.com/flowfabric/ffreconcile/jobs"
+)
 
 // ffTable describes one FlowFabric table: the parent DDL, whether it is hash
 // partitioned, and the indexes and triggers created after it.
@@ -66,7 +64,7 @@ var ffTables = []ffTable{
 			`CREATE INDEX ff_exec_core_lane_phase_idx ON ff_exec_core (partition_key, lane_id, lifecycle_phase)`,
 			`CREATE INDEX ff_exec_core_capabilities_idx ON ff_exec_core USING GIN (required_capabilities)`,
 			`CREATE INDEX ff_exec_core_flow_idx ON ff_exec_core (partition_key, flow_id) WHERE flow_id IS NOT NULL`,
-			// Delayed promotion scans runnable + not_eligible_until_time rows by deadline.
+			// Scans of executions by deadline (delay-until or execution deadline) read this index.
 			`CREATE INDEX ff_exec_core_deadline_idx ON ff_exec_core (partition_key, deadline_at_ms) WHERE deadline_at_ms IS NOT NULL`,
 		},
 	},
@@ -89,7 +87,7 @@ var ffTables = []ffTable{
     raw_fields           jsonb    NOT NULL DEFAULT '{}',
     PRIMARY KEY (partition_key, execution_id, attempt_index)`,
 		indexes: []string{
-			// Lease expiry scans this index: O(due rows) per partition.
+			// Scans of attempts by lease deadline read this index.
 			`CREATE INDEX ff_attempt_lease_expiry_idx ON ff_attempt (partition_key, lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL`,
 			`CREATE INDEX ff_attempt_worker_idx ON ff_attempt (partition_key, worker_id) WHERE worker_id IS NOT NULL`,
 		},
@@ -111,7 +109,7 @@ var ffTables = []ffTable{
     PRIMARY KEY (partition_key, execution_id)`,
 		indexes: []string{
 			`CREATE INDEX ff_suspension_current_suspended_idx ON ff_suspension_current (partition_key, suspended_at_ms)`,
-			// Suspension timeout scans this index.
+			// Scans of suspensions by timeout read this index.
 			`CREATE INDEX ff_suspension_current_timeout_idx ON ff_suspension_current (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL`,
 		},
 	},
@@ -142,7 +140,7 @@ var ffTables = []ffTable{
     enqueued_at_ms  bigint   NOT NULL,
     PRIMARY KEY (partition_key, flow_id, downstream_eid)`,
 		indexes: []string{
-			// Sibling-cancel dispatch and its reconciler scan oldest first.
+			// Scans of pending cancel groups, oldest first, read this index.
 			`CREATE INDEX ff_pending_cancel_groups_enqueued_idx ON ff_pending_cancel_groups (partition_key, enqueued_at_ms)`,
 		},
 	},
@@ -283,9 +281,9 @@ func tableDDL(t ffTable) []string {
 	stmts = append(stmts, t.indexes...)
 	if t.partitioned {
 		var b strings.Builder
-		for i := range PartitionCount {
+		for i := range jobs.PartitionCount {
 			fmt.Fprintf(&b, "CREATE TABLE %s_p%d PARTITION OF %s FOR VALUES WITH (MODULUS %d, REMAINDER %d);\n",
-				t.name, i, t.name, PartitionCount, i)
+				t.name, i, t.name, jobs.PartitionCount, i)
 		}
 		stmts = append(stmts, b.String())
 	}
@@ -300,14 +298,19 @@ func firstLine(s string) string {
 	return s
 }
 
-// Fingerprint identifies the ff_* DDL this package creates; tests use it to
-// name a template database that is rebuilt whenever the DDL changes.
-func Fingerprint() string {
+// Fingerprint identifies all the DDL this package creates, the ff_* tables
+// and the worker heartbeat table; tests name their template database after
+// it, so that any change to the DDL rebuilds the template.
+func Fingerprint() string { return fingerprint(ffTables, workerTableDDL) }
+
+func fingerprint(tables []ffTable, workerDDL string) string {
 	h := sha256.New()
-	for _, t := range ffTables {
+	for _, t := range tables {
 		for _, s := range tableDDL(t) {
 			h.Write([]byte(s))
+			h.Write([]byte{0})
 		}
 	}
+	h.Write([]byte(workerDDL))
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
 
@@ -25,8 +26,8 @@ func TestApplyFFTwiceIsNoop(t *testing.T) {
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_inherits WHERE inhparent = 'ff_attempt'::regclass`).Scan(&children); err != nil {
 		t.Fatal(err)
 	}
-	if children != migrations.PartitionCount {
-		t.Fatalf("ff_attempt has %d partitions, want %d", children, migrations.PartitionCount)
+	if children != jobs.PartitionCount {
+		t.Fatalf("ff_attempt has %d partitions, want %d", children, jobs.PartitionCount)
 	}
 
 	// Mark a table the way an operator's change would look; a second run

@@ -2,10 +2,7 @@ package migrations
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -61,12 +58,4 @@ func ApplyWorkerTable(ctx context.Context, pool *pgxpool.Pool, schema string) er
 		return fmt.Errorf("worker heartbeat table %s.%s: %w", schema, WorkerTableName, err)
 	}
 	return nil
-}
-
-// WorkerTableFingerprint identifies the heartbeat table's DDL, as
-// Fingerprint does the ff_* DDL: tests name their template database after
-// both, so a change here rebuilds the template.
-func WorkerTableFingerprint() string {
-	sum := sha256.Sum256([]byte(strings.TrimSpace(workerTableDDL)))
-	return hex.EncodeToString(sum[:])[:8]
 }

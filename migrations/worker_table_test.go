@@ -60,11 +60,3 @@ func TestApplyWorkerTableIdempotentAndValidatesSchema(t *testing.T) {
 		t.Fatalf("rows after second run: %d, %v; want 1", n, err)
 	}
 }
-
-func TestWorkerTableFingerprintIsStable(t *testing.T) {
-	t.Parallel()
-	a, b := migrations.WorkerTableFingerprint(), migrations.WorkerTableFingerprint()
-	if a != b || len(a) != 8 {
-		t.Fatalf("WorkerTableFingerprint = %q, %q; want the same 8 hex digits", a, b)
-	}
-}

@@ -27,36 +27,8 @@ log() { echo "test-postgres: $*" >&2; }
 here=$(cd "$(dirname "$0")/.." && pwd)
 datadir="$here/.data/test-postgres"
 
-run_as() {
-  # initdb and postgres refuse to run as root.
-  if [ "$(id -u)" -eq 0 ]; then
-    id postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
-    runuser -u postgres -- "$@"
-  else
-    "$@"
-  fi
-}
-
-bindir() {
-  local d
-  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
-  if [ -z "$d" ] && command -v pg_ctl >/dev/null 2>&1; then
-    d=$(dirname "$(command -v pg_ctl)")
-  fi
-  if [ -z "$d" ]; then
-    log "PostgreSQL binaries are missing; installing Debian's postgresql package"
-    if [ "$(id -u)" -ne 0 ]; then
-      log "need root to apt-get install postgresql; install it or set TEST_DATABASE_URL"
-      exit 1
-    fi
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-    d=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
-  fi
-  echo "$d"
-}
-
-answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# shellcheck source=pg-lib.sh
+. "$here/scripts/pg-lib.sh"
 
 url() { echo "postgres://postgres@127.0.0.1:$1/postgres?sslmode=disable"; }
 
@@ -66,14 +38,14 @@ start() {
     return
   fi
   local bin port
-  bin=$(bindir)
+  bin=$(pg_bindir)
   if [ ! -f "$datadir/PG_VERSION" ]; then
     log "initialising a private test cluster in $datadir"
     rm -rf "$datadir"
     mkdir -p "$datadir"
     [ "$(id -u)" -eq 0 ] && chown postgres "$datadir"
     chmod 700 "$datadir"
-    run_as "$bin/initdb" -D "$datadir" -U postgres --auth=trust --no-sync >/dev/null
+    pg_run_as "$bin/initdb" -D "$datadir" -U postgres --auth=trust --no-sync >/dev/null
     cat >>"$datadir/postgresql.conf" <<'CONF'
 # ffreconcile test cluster: throwaway data, many tests at once.
 listen_addresses = '127.0.0.1'
@@ -88,16 +60,16 @@ max_wal_size = 4GB
 logging_collector = off
 CONF
   fi
-  if run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
+  if pg_run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
     port=$(sed -n 4p "$datadir/postmaster.pid")
     log "test cluster already running on port $port"
     url "$port"
     return
   fi
   port=55432
-  while answers "$port"; do port=$((port + 1)); done
+  while pg_answers "$port"; do port=$((port + 1)); done
   log "starting the test cluster on 127.0.0.1:$port"
-  if ! run_as "$bin/pg_ctl" -D "$datadir" -l "$datadir/server.log" -o "-p $port" -w -t 60 start >/dev/null; then
+  if ! pg_run_as "$bin/pg_ctl" -D "$datadir" -l "$datadir/server.log" -o "-p $port" -w -t 60 start >/dev/null; then
     log "the test cluster did not start; its log:"
     tail -20 "$datadir/server.log" >&2 || true
     exit 1
@@ -109,9 +81,9 @@ stop() {
   [ -n "${TEST_DATABASE_URL:-}" ] && return
   [ -f "$datadir/PG_VERSION" ] || return 0
   local bin
-  bin=$(bindir)
-  if run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
-    run_as "$bin/pg_ctl" -D "$datadir" -m fast -w stop >/dev/null
+  bin=$(pg_bindir)
+  if pg_run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
+    pg_run_as "$bin/pg_ctl" -D "$datadir" -m fast -w stop >/dev/null
     log "test cluster stopped"
   fi
 }

@@ -11,6 +11,295 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
+// dueCase is one reconciler's due rows, for the suites below: seed inserts
+// one of its rows in partition p, due at atMs, belonging to the tenant (ns,
+// tag) ("" ns: no execution row at all), and returns the row's key as a
+// scan reports it (DueRow.ID, and ID2 when it has one).
+type dueCase struct {
+	name string
+	due  *store.Due
+	seed func(t *testing.T, db store.DB, p int16, atMs int64, ns, tag string) string
+	// noMissing: the row is the execution itself, so it cannot lack one.
+	noMissing bool
+	// extra checks what only this reconciler's rows do.
+	extra func(t *testing.T, db store.DB, now int64)
+}
+
+func execOf(t *testing.T, db store.DB, p int16, ns, tag string) string {
+	if ns == "" {
+		return fftest.NewUUID()
+	}
+	e := fftest.Exec{Partition: p, Namespace: ns}
+	if tag != "" {
+		e.Tags = map[string]string{"cairn.instance_id": tag}
+	}
+	return fftest.InsertExec(t, db, e)
+}
+
+func keyOf(r store.DueRow) string {
+	if r.ID2 != "" {
+		return r.ID + "/" + r.ID2
+	}
+	return r.ID
+}
+
+var dueCases = []dueCase{
+	{
+		name: "ExpiredLeases", due: store.ExpiredLeases,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			id := execOf(t, db, p, ns, tag)
+			fftest.InsertAttempt(t, db, p, id, 0, fftest.Ms(at))
+			return id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Another attempt of one execution: the attempt index breaks
+			// the tie, and a released attempt (NULL lease) is never due.
+			id := execOf(t, db, 150, "a", "")
+			fftest.InsertAttempt(t, db, 150, id, 1, fftest.Ms(now-5))
+			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
+			fftest.InsertAttempt(t, db, 150, id, 2, nil)
+			got := scan(t, db, store.ExpiredLeases, 150, now, nil, 10, store.Filter{})
+			if len(got) != 2 || got[0].N != 0 || got[1].N != 1 {
+				t.Fatalf("scan = %+v; want attempts 0 and 1 of one execution, in that order", got)
+			}
+		},
+	},
+	{
+		name: "TimedOutSuspensions", due: store.TimedOutSuspensions,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			id := execOf(t, db, p, ns, tag)
+			fftest.InsertSuspension(t, db, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(at)})
+			return id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			id := execOf(t, db, 150, "a", "")
+			fftest.InsertSuspension(t, db, fftest.Suspension{Partition: 150, ExecutionID: id}) // no timeout
+			if got := scan(t, db, store.TimedOutSuspensions, 150, now, nil, 10, store.Filter{}); len(got) != 0 {
+				t.Fatalf("a suspension without a timeout was scanned: %+v", got)
+			}
+		},
+	},
+	{
+		name: "DelayedExecutions", due: store.DelayedExecutions, noMissing: true,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			e := fftest.Delayed(p, at)
+			e.Namespace = ns
+			if tag != "" {
+				e.Tags = map[string]string{"cairn.instance_id": tag}
+			}
+			return fftest.InsertExec(t, db, e)
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Due at exactly now (the seed's <=); never an active execution
+			// past its execution deadline, nor one already promoted.
+			due := fftest.InsertExec(t, db, fftest.Delayed(150, now))
+			fftest.InsertExec(t, db, fftest.Exec{Partition: 150, EligibilityState: "not_eligible_until_time", DeadlineAtMs: fftest.Ms(now - 500)})
+			e := fftest.Delayed(150, now-400)
+			e.EligibilityState = "eligible_now"
+			fftest.InsertExec(t, db, e)
+			got := scan(t, db, store.DelayedExecutions, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != due || got[0].AtMs != now {
+				t.Fatalf("scan = %+v; want only %s, due at %d", got, due, now)
+			}
+		},
+	},
+	{
+		name: "PendingCancelGroups", due: store.PendingCancelGroups,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			flow, downstream := fftest.NewUUID(), execOf(t, db, p, ns, tag)
+			fftest.InsertPendingCancel(t, db, p, flow, downstream, at)
+			return flow + "/" + downstream
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Enqueued at the same time, groups are ordered by flow id.
+			flowA, flowB := "00000000-0000-4000-8000-00000000000a", "00000000-0000-4000-8000-00000000000b"
+			b, a := execOf(t, db, 150, "a", ""), execOf(t, db, 150, "a", "")
+			fftest.InsertPendingCancel(t, db, 150, flowB, b, 10)
+			fftest.InsertPendingCancel(t, db, 150, flowA, a, 10)
+			got := scan(t, db, store.PendingCancelGroups, 150, now, nil, 10, store.Filter{})
+			if len(got) != 2 || got[0].ID != flowA || got[1].ID != flowB {
+				t.Fatalf("scan = %+v; want flow a then flow b", got)
+			}
+			got = scan(t, db, store.PendingCancelGroups, 150, now, &got[0], 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != flowB {
+				t.Fatalf("scan after the first of a tie = %+v; want flow b", got)
+			}
+		},
+	},
+}
+
+func scan(t *testing.T, db store.DB, due *store.Due, p int16, now int64, after *store.DueRow, limit int, f store.Filter) []store.DueRow {
+	t.Helper()
+	got, err := due.Scan(context.Background(), db, p, now, after, limit, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestDueScans: for every reconciler's due rows, a partition scan returns the
+// due rows oldest first, up to its limit, after a cursor, and only those of
+// the tenant the filter names (a row without an execution passes no filter);
+// the tick's probe finds exactly the partitions holding such rows, within
+// the partition count it is given. A regression shows as a row out of order,
+// a row not due or of another tenant returned, or a partition missed.
+func TestDueScans(t *testing.T) {
+	t.Parallel()
+	for _, tc := range dueCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := testdb.New(t).Pool
+			const now = int64(3_000_000)
+			const p = int16(11)
+			// Partition 11: due rows of tenant a (tag i1), tenant b and, where
+			// rows can lack one, no execution; one not due (unless rows are
+			// due as soon as they exist). Partition 12: one due row of
+			// tenant a. Partition 13: a row not due.
+			a := tc.seed(t, db, p, now-300, "a", "i1")
+			b := tc.seed(t, db, p, now-200, "b", "")
+			want := []string{a, b}
+			if !tc.noMissing {
+				want = append(want, tc.seed(t, db, p, now-100, "", ""))
+			}
+			if !tc.due.Always {
+				tc.seed(t, db, p, now+100, "a", "i1")
+				tc.seed(t, db, 13, now+100, "a", "")
+			}
+			tc.seed(t, db, 12, now-1, "a", "")
+			first := scan(t, db, tc.due, p, now, nil, 1, store.Filter{})
+
+			tests := []struct {
+				name   string
+				filter store.Filter
+				after  *store.DueRow
+				limit  int
+				want   []string
+				parts  []int16
+			}{
+				{name: "OldestFirst", limit: 10, want: want, parts: []int16{11, 12}},
+				{name: "Limit", limit: 2, want: want[:2], parts: []int16{11, 12}},
+				{name: "After", limit: 10, after: &first[0], want: want[1:], parts: []int16{11, 12}},
+				{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{11}},
+				{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
+				{name: "NamespaceAndTag", filter: store.Filter{Namespace: "a", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
+				{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: []int16{}},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					var got []string
+					for _, r := range scan(t, db, tc.due, p, now, tt.after, tt.limit, tt.filter) {
+						got = append(got, keyOf(r))
+					}
+					if !slices.Equal(got, tt.want) {
+						t.Fatalf("scan = %v; want %v", got, tt.want)
+					}
+					parts, err := tc.due.Partitions(ctx, db, store.NoLowerBound, now, 256, tt.filter)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(parts, tt.parts) {
+						t.Fatalf("due partitions = %v; want %v", parts, tt.parts)
+					}
+				})
+			}
+			t.Run("ReportsDeadlines", func(t *testing.T) {
+				if first[0].AtMs != now-300 {
+					t.Fatalf("first row due at %d; want %d", first[0].AtMs, now-300)
+				}
+			})
+			t.Run("PartitionCountLimitsTheProbe", func(t *testing.T) {
+				parts, err := tc.due.Partitions(ctx, db, store.NoLowerBound, now, 12, store.Filter{})
+				if err != nil || !slices.Equal(parts, []int16{11}) {
+					t.Fatalf("due partitions of 0..11 = %v, %v; want [11]", parts, err)
+				}
+			})
+			if tc.extra != nil {
+				t.Run("Own", func(t *testing.T) { tc.extra(t, db, now) })
+			}
+		})
+	}
+}
+
+// TestDuePartitionsHorizon checks the horizon ticks pass (now plus the
+// lookahead): a partition whose earliest row falls due before it is found,
+// one whose rows all fall due after it is not, and partitions come out in
+// partition order, the order their scans are enqueued in. A lower bound (the
+// tick's probe for rows not yet due) leaves out partitions holding only
+// older rows. The counts a tick takes of its busy partitions count the rows
+// due at now, with the filter applied.
+func TestDuePartitionsHorizon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const now = int64(7_000_000)
+	// Partitions 40, 7 (two rows), 3 and 12 hold rows already due; 20 only
+	// a row due at now+200 (inside a 500 ms lookahead); 30 only one due at
+	// now+900 (outside it).
+	rows := []struct {
+		p  int16
+		at int64
+	}{{7, now - 50}, {12, now - 100}, {3, now - 100}, {7, now - 200}, {40, now - 300}, {20, now + 200}, {30, now + 900}}
+	for _, r := range rows {
+		e := fftest.Delayed(r.p, r.at)
+		e.Namespace = "a"
+		id := fftest.InsertExec(t, db.Pool, e)
+		fftest.InsertAttempt(t, db.Pool, r.p, id, 0, fftest.Ms(r.at))
+		fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: r.p, ExecutionID: id, TimeoutAtMs: fftest.Ms(r.at)})
+	}
+	tests := []struct {
+		name          string
+		from, horizon int64
+		filter        store.Filter
+		want          []int16
+	}{
+		{"Now", store.NoLowerBound, now, store.Filter{}, []int16{3, 7, 12, 40}},
+		{"Lookahead", store.NoLowerBound, now + 500, store.Filter{}, []int16{3, 7, 12, 20, 40}},
+		// From is inclusive: 7's row at now-50 is in; 3, 12 and 40 hold
+		// only rows older than from.
+		{"From", now - 50, now + 500, store.Filter{}, []int16{7, 20}},
+		{"NotYetDue", now, now + 1000, store.Filter{}, []int16{20, 30}},
+		{"Filtered", store.NoLowerBound, now + 500, store.Filter{Namespace: "a"}, []int16{3, 7, 12, 20, 40}},
+		{"NothingOutsideFilter", store.NoLowerBound, now + 500, store.Filter{Namespace: "other"}, []int16{}},
+	}
+	parts := []int16{3, 7, 12, 20, 40, 99}
+	counts := []struct {
+		name   string
+		filter store.Filter
+		want   map[int16]int
+	}{
+		{"All", store.Filter{}, map[int16]int{3: 1, 7: 2, 12: 1, 20: 0, 40: 1, 99: 0}},
+		{"NothingOutsideFilter", store.Filter{Namespace: "other"}, map[int16]int{3: 0, 7: 0, 12: 0, 20: 0, 40: 0, 99: 0}},
+	}
+	for _, due := range []*store.Due{store.ExpiredLeases, store.TimedOutSuspensions, store.DelayedExecutions} {
+		for _, tt := range tests {
+			t.Run(due.What+"/"+tt.name, func(t *testing.T) {
+				got, err := due.Partitions(ctx, db.Pool, tt.from, tt.horizon, 256, tt.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, tt.want) {
+					t.Fatalf("due partitions = %v; want %v", got, tt.want)
+				}
+			})
+		}
+		for _, tt := range counts {
+			t.Run(due.What+"/Count"+tt.name, func(t *testing.T) {
+				got, err := due.Counts(ctx, db.Pool, now, parts, tt.filter)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !maps.Equal(got, tt.want) {
+					t.Fatalf("due counts = %v; want %v", got, tt.want)
+				}
+			})
+		}
+	}
+}
+
+// TestCountDueAndTopPartitions: the gauge's count stops at its cap, counts
+// the rows a filter leaves to other fleets apart (a row without an execution
+// is outside every filter), and the ranking puts the fullest partition first.
 func TestCountDueAndTopPartitions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -41,116 +330,30 @@ func TestCountDueAndTopPartitions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := store.CountDue(ctx, db.Pool, "lease_expiry", now, tt.filter, tt.cap)
+			got, err := store.ExpiredLeases.Count(ctx, db.Pool, now, tt.filter, tt.cap)
 			if err != nil || got != tt.want {
-				t.Fatalf("CountDue = %+v, %v; want %+v", got, err, tt.want)
+				t.Fatalf("Count = %+v, %v; want %+v", got, err, tt.want)
 			}
 			if tt.wantTop == nil {
 				return
 			}
-			top, err := store.TopDuePartitions(ctx, db.Pool, "lease_expiry", now, tt.filter, 2, 1000)
+			top, err := store.ExpiredLeases.Top(ctx, db.Pool, now, tt.filter, 2, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(top) != len(tt.wantTop) || (len(top) > 0 && top[0] != tt.wantTop[0]) {
-				t.Fatalf("TopDuePartitions = %+v; want %+v", top, tt.wantTop)
+			if !slices.Equal(top, tt.wantTop) {
+				t.Fatalf("Top = %+v; want %+v", top, tt.wantTop)
 			}
 		})
 	}
-	for _, r := range []string{"suspension_timeout", "delayed_promotion", "cancel_dispatch", "cancel_reconcile"} {
-		if _, err := store.CountDue(ctx, db.Pool, r, now, store.Filter{Namespace: "a"}, 10); err != nil {
-			t.Errorf("CountDue(%s): %v", r, err)
-		}
-	}
-	if _, err := store.CountDue(ctx, db.Pool, "nope", now, store.Filter{}, 10); err == nil {
-		t.Error("CountDue of an unknown reconciler: want error")
-	}
-}
-
-// TestDuePartitionsHorizon checks the horizon ticks pass (now plus the
-// lookahead): a partition whose earliest row falls due before it is found,
-// one whose rows all fall due after it is not, and partitions come out in
-// partition order, the order their scans are enqueued in. A lower bound (the
-// tick's probe for rows not yet due) leaves out partitions holding only
-// older rows.
-func TestDuePartitionsHorizon(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	const now = int64(7_000_000)
-	// Partitions 40, 7 (two rows), 3 and 12 hold rows already due; 20 only
-	// a row due at now+200 (inside a 500 ms lookahead); 30 only one due at
-	// now+900 (outside it).
-	rows := []struct {
-		p  int16
-		at int64
-	}{{7, now - 50}, {12, now - 100}, {3, now - 100}, {7, now - 200}, {40, now - 300}, {20, now + 200}, {30, now + 900}}
-	for _, r := range rows {
-		e := fftest.Delayed(r.p, r.at)
-		e.Namespace = "a"
-		id := fftest.InsertExec(t, db.Pool, e)
-		fftest.InsertAttempt(t, db.Pool, r.p, id, 0, fftest.Ms(r.at))
-		fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: r.p, ExecutionID: id, TimeoutAtMs: fftest.Ms(r.at)})
-	}
-	due := map[string]func(context.Context, store.DB, int64, int64, int, store.Filter) ([]int16, error){
-		"lease":      store.DueLeasePartitions,
-		"suspension": store.DueSuspensionPartitions,
-		"promotion":  store.DuePromotionPartitions,
-	}
-	tests := []struct {
-		name          string
-		from, horizon int64
-		filter        store.Filter
-		want          []int16
-	}{
-		{"Now", store.NoLowerBound, now, store.Filter{}, []int16{3, 7, 12, 40}},
-		{"Lookahead", store.NoLowerBound, now + 500, store.Filter{}, []int16{3, 7, 12, 20, 40}},
-		// From is inclusive: 7's row at now-50 is in; 3, 12 and 40 hold
-		// only rows older than from.
-		{"From", now - 50, now + 500, store.Filter{}, []int16{7, 20}},
-		{"NotYetDue", now, now + 1000, store.Filter{}, []int16{20, 30}},
-		{"Filtered", store.NoLowerBound, now + 500, store.Filter{Namespace: "a"}, []int16{3, 7, 12, 20, 40}},
-		{"NothingOutsideFilter", store.NoLowerBound, now + 500, store.Filter{Namespace: "other"}, []int16{}},
-	}
-	for name, fn := range due {
-		for _, tt := range tests {
-			t.Run(name+"/"+tt.name, func(t *testing.T) {
-				got, err := fn(ctx, db.Pool, tt.from, tt.horizon, 256, tt.filter)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got) != len(tt.want) || (len(got) > 0 && !slices.Equal(got, tt.want)) {
-					t.Fatalf("due partitions = %v; want %v", got, tt.want)
-				}
-			})
-		}
-	}
-	// The counts a tick takes of its busy partitions: rows due at now, per
-	// partition asked for (0 for none), with the filter applied.
-	counts := map[string]store.DueCountsQuery{
-		"lease":      store.CountDueLeases,
-		"suspension": store.CountDueSuspensions,
-		"promotion":  store.CountDuePromotions,
-	}
-	parts := []int16{3, 7, 12, 20, 40, 99}
-	for name, fn := range counts {
-		for _, tt := range []struct {
-			name   string
-			filter store.Filter
-			want   map[int16]int
-		}{
-			{"All", store.Filter{}, map[int16]int{3: 1, 7: 2, 12: 1, 20: 0, 40: 1, 99: 0}},
-			{"NothingOutsideFilter", store.Filter{Namespace: "other"}, map[int16]int{3: 0, 7: 0, 12: 0, 20: 0, 40: 0, 99: 0}},
-		} {
-			t.Run(name+"/Count"+tt.name, func(t *testing.T) {
-				got, err := fn(ctx, db.Pool, now, parts, tt.filter)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !maps.Equal(got, tt.want) {
-					t.Fatalf("due counts = %v; want %v", got, tt.want)
-				}
-			})
+	for _, tc := range dueCases {
+		for _, f := range []store.Filter{{}, {Namespace: "a"}} {
+			if _, err := tc.due.Count(ctx, db.Pool, now, f, 10); err != nil {
+				t.Errorf("Count of %s (filter %+v): %v", tc.name, f, err)
+			}
+			if _, err := tc.due.Top(ctx, db.Pool, now, f, 3, 10); err != nil {
+				t.Errorf("Top of %s (filter %+v): %v", tc.name, f, err)
+			}
 		}
 	}
 }

@@ -48,10 +48,10 @@ func TestRiverStatusQueries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{Partition: 4}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
+	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: 4}}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{Partition: 5}, &river.InsertOpts{Queue: "other"}); err != nil {
+	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: 5}}, &river.InsertOpts{Queue: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	queues := []string{jobs.QueueControl, jobs.QueueRows}

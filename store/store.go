@@ -1,22 +1,29 @@
-// Package store holds every SQL statement the reconcilers run against the
-// FlowFabric ff_* tables. It knows nothing of River: workers call it with a
-// pool or a transaction.
+// Package store holds every SQL statement of the reconciler fleet. Workers
+// call it with a pool or a transaction; it knows no River client or worker.
 //
-// Each scan states the index it relies on. The lease, suspension and
-// promotion actions are one statement each, whose data-modifying CTEs
-// re-check the row's condition under its row lock: under READ COMMITTED an
-// UPDATE (or SELECT … FOR UPDATE) locks the row and re-evaluates its WHERE
-// clause against the newest committed version, which is the seeds' SELECT …
-// FOR UPDATE then check, in one round trip. The two sibling-cancel actions
-// branch on what they find (SKIP LOCKED, then a probe), so they are short
-// transactions that lock first and decide after. Either way a second run of
-// the same action finds the condition false and changes nothing.
+// Most of it reads and writes FlowFabric's ff_* tables: each reconciler's
+// file declares its Due (what makes its rows due, and the index every query
+// of them reads; see due.go) and its row statement. The lease, suspension,
+// promotion and deadline actions are one statement each, whose
+// data-modifying CTEs re-check the row's condition under its row lock: under
+// READ COMMITTED an UPDATE (or SELECT … FOR UPDATE) locks the row and
+// re-evaluates its WHERE clause against the newest committed version, which
+// is the seeds' SELECT … FOR UPDATE then check, in one round trip. The two
+// sibling-cancel actions branch on what they find (SKIP LOCKED, then a
+// probe), so they are short transactions that lock first and decide after.
+// Either way a second run of the same action finds the condition false and
+// changes nothing.
+//
+// A few queries read River's own tables, by SQL, for what River's API does
+// not offer: the unfinished jobs a tick skips (riverjobs.go), the queue
+// depth and leader `worker status` shows (status.go), and the fleet's
+// heartbeat table in River's schema (heartbeat.go).
 package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -57,88 +64,48 @@ func ParseInstanceTag(s string) (key, value string, err error) {
 	return key, value, nil
 }
 
-// sql appends the filter's conditions on the execution row aliased e,
-// numbering its parameters after those already in args, and returns the
-// extended args. The values are always bound, never interpolated.
-func (f Filter) sql(args []any) (string, []any) {
+// sql returns the filter's conditions on the execution row aliased alias,
+// each starting with " AND ", adding their values to p: always bound, never
+// interpolated.
+func (f Filter) sql(p *params, alias string) string {
 	var b strings.Builder
 	if f.Namespace != "" {
-		args = append(args, f.Namespace)
-		fmt.Fprintf(&b, " AND e.raw_fields->>'namespace' = $%d", len(args))
+		fmt.Fprintf(&b, " AND %s.raw_fields->>'namespace' = %s", alias, p.add(f.Namespace))
 	}
 	if f.TagKey != "" {
-		args = append(args, f.TagKey, f.TagValue)
-		fmt.Fprintf(&b, " AND e.raw_fields->'tags'->>$%d = $%d", len(args)-1, len(args))
+		k, v := p.add(f.TagKey), p.add(f.TagValue)
+		fmt.Fprintf(&b, " AND %s.raw_fields->'tags'->>%s = %s", alias, k, v)
 	}
-	return b.String(), args
+	return b.String()
 }
 
-// After is a keyset position in a scan's order: rows strictly after it are
-// returned. Its fields mean what the scan's order says.
-type After struct {
-	AtMs int64
-	ID   string
-	ID2  string
-	N    int32
+// Beginner starts a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
+// savepoint) satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// NoLowerBound is the fromMs of a due-partition query that takes every row
-// due by its horizon, however old.
-const NoLowerBound int64 = math.MinInt64
-
-// partitionsSQL turns a per-partition probe (which refers to the partition
-// as s.p) into the single query a tick runs. LATERAL … LIMIT 1 makes the plan
-// a nested loop: for each partition the probe runs with its key bound, prunes
-// at run time to one hash child and reads the first entry of a partial index.
-// The cost is 256 index probes whatever the number of not-due rows, and a
-// partition with a backlog costs one row, not its backlog.
-func partitionsSQL(probe string) string {
-	return `SELECT s.p FROM (SELECT g::smallint AS p FROM generate_series(0, $1::int - 1) AS g) AS s
-	 CROSS JOIN LATERAL (` + probe + ` LIMIT 1) AS due`
-}
-
-// countsSQL turns the same probe into a count of its rows for each partition
-// in $1 (a smallint[]): O(rows the probes match), one index range each.
-func countsSQL(probe string) string {
-	return `SELECT s.p, (SELECT count(*) FROM (` + probe + `) AS due) FROM unnest($1::smallint[]) AS s(p)`
-}
-
-// DueCountsQuery is a CountDue* function: for each of parts, how many of its
-// rows are due at nowMs and pass f.
-type DueCountsQuery func(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error)
-
-// probeFunc builds a reconciler's partition probe of s.p for rows due by $2
-// (with the reconciler's own comparison) and not before $3, appending f's
-// conditions to args.
-type probeFunc func(args []any, f Filter) (string, []any)
-
-// countDue runs countsSQL over parts with the probe of rows due at nowMs;
-// what names the rows in the error.
-func countDue(ctx context.Context, db DB, probe probeFunc, parts []int16, nowMs int64, f Filter, what string) (map[int16]int, error) {
-	q, args := probe([]any{parts, nowMs, NoLowerBound}, f)
-	rows, err := db.Query(ctx, countsSQL(q), args...)
+// inTx runs fn in a transaction, committing when it returns true and rolling
+// back otherwise (a pass that changed nothing releases its locks without a
+// commit record).
+func inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) (commit bool, err error)) (err error) {
+	tx, err := db.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("count %s: %w", what, err)
+		return fmt.Errorf("begin: %w", err)
 	}
-	out := map[int16]int{}
-	var (
-		p int16
-		n int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&p, &n}, func() error {
-		out[p] = int(n)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("count %s: %w", what, err)
+	defer func() {
+		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) && err == nil {
+			err = fmt.Errorf("rollback: %w", rbErr)
+		}
+	}()
+	commit, err := fn(tx)
+	if err != nil || !commit {
+		return err
 	}
-	return out, nil
-}
-
-func collectPartitions(rows pgx.Rows, err error) ([]int16, error) {
-	if err != nil {
-		return nil, err
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int16])
+	return nil
 }
 
 // distinctRounds splits the indexes of keys into rounds in which no key
@@ -160,28 +127,40 @@ func distinctRounds(keys []string) [][]int {
 	return rounds
 }
 
-// batch is one batched row-action statement: items keyed by execution id,
-// one result row per item of a round, in the round's order.
+// batch is one batched row-action statement over a partition's rows: items
+// keyed by row, one result row per item of a round, in the round's order.
 type batch[R any] struct {
-	sql string
+	sql       string
+	partition int16
 	// args are the statement's parameters for the items of one round.
 	args func(round []int) []any
 	// dest receives one result row; read turns it into the item's result.
 	dest []any
 	read func() R
-	// what names the work of one round for errors: the row itself when the
-	// round has one item.
-	what func(round []int) string
+	// what names the action for errors ("release lease"); label names item
+	// i in them (default: its key).
+	what  string
+	label func(i int) string
 }
 
 // run executes b for keys in distinct-key rounds (see distinctRounds) and
 // returns one result per key, in order.
 func (b batch[R]) run(ctx context.Context, db DB, keys []string) ([]R, error) {
 	out := make([]R, len(keys))
+	fail := func(round []int, err error) error {
+		if len(round) == 1 {
+			label := keys[round[0]]
+			if b.label != nil {
+				label = b.label(round[0])
+			}
+			return fmt.Errorf("%s %d/%s: %w", b.what, b.partition, label, err)
+		}
+		return fmt.Errorf("%s: %d rows of partition %d: %w", b.what, len(round), b.partition, err)
+	}
 	for _, round := range distinctRounds(keys) {
 		rows, err := db.Query(ctx, b.sql, b.args(round)...)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.what(round), err)
+			return nil, fail(round, err)
 		}
 		i := 0
 		_, err = pgx.ForEachRow(rows, b.dest, func() error {
@@ -196,10 +175,19 @@ func (b batch[R]) run(ctx context.Context, db DB, keys []string) ([]R, error) {
 			err = fmt.Errorf("%d result rows for %d asked for", i, len(round))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.what(round), err)
+			return nil, fail(round, err)
 		}
 	}
 	return out, nil
+}
+
+// one returns the only result of a batch of one.
+func one[R any](res []R, err error) (R, error) {
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return res[0], nil
 }
 
 // pick returns the elements of all at the indexes of round.

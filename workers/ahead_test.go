@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
@@ -19,80 +18,6 @@ import (
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
-// deadlineRow seeds and checks one row of a deadline reconciler.
-type deadlineRow struct {
-	reconciler, rowKind string
-	// scan is the reconciler's partition scan args.
-	scan func(p int16) river.JobArgs
-	// insert seeds a row of partition p falling due at deadlineMs.
-	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
-	// acted says whether the row's action has been applied.
-	acted func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool
-}
-
-var deadlineRows = []deadlineRow{
-	{
-		reconciler: jobs.ReconcilerLeaseExpiry, rowKind: jobs.KindLeaseRelease,
-		scan: func(p int16) river.JobArgs { return jobs.LeaseExpiryScanArgs{Partition: p} },
-		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
-			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
-			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(deadlineMs))
-			return id
-		},
-		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
-			return fftest.ReadAttempt(t, pool, p, id, 0).LeaseExpiresAtMs == nil
-		},
-	},
-	{
-		reconciler: jobs.ReconcilerSuspensionTimeout, rowKind: jobs.KindSuspensionExpire,
-		scan: func(p int16) river.JobArgs { return jobs.SuspensionTimeoutScanArgs{Partition: p} },
-		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
-			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
-				PublicState: "suspended", AttemptState: "attempt_interrupted"})
-			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(deadlineMs)})
-			return id
-		},
-		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
-			_, ok := fftest.ReadSuspension(t, pool, p, id)
-			return !ok
-		},
-	},
-	{
-		reconciler: jobs.ReconcilerDelayedPromotion, rowKind: jobs.KindPromote,
-		scan: func(p int16) river.JobArgs { return jobs.DelayedPromotionScanArgs{Partition: p} },
-		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
-			return fftest.InsertExec(t, pool, fftest.Delayed(p, deadlineMs))
-		},
-		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
-			return fftest.ReadExec(t, pool, p, id).EligibilityState == "eligible_now"
-		},
-	},
-}
-
-// startLookingAhead starts a fleet ticking reconciler every second with the
-// given lookahead margin (its window: 1 s plus that), and waits for its first
-// tick.
-func startLookingAhead(t *testing.T, db *testdb.DB, reconciler string, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
-	t.Helper()
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(reconciler), Lookahead: margin})
-	c := f.Workers.Stats().For(reconciler)
-	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
-		return c.Ticks.Load() > 0, "no tick yet"
-	})
-	return f, c
-}
-
-// startBusy is startLookingAhead with the rows queue paused: row jobs stay
-// available, so their partitions stay busy.
-func startBusy(t *testing.T, db *testdb.DB, reconciler string, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
-	t.Helper()
-	f, c := startLookingAhead(t, db, reconciler, margin)
-	if err := f.Client.QueuePause(context.Background(), jobs.QueueRows, nil); err != nil {
-		t.Fatal(err)
-	}
-	return f, c
-}
-
 // TestRowsFallingDueSoonStartAtTheirDeadline: a tick finds a row due within
 // its lookahead and enqueues its row job at once, scheduled one millisecond
 // after the deadline; the job starts no earlier than that and applies the
@@ -101,11 +26,11 @@ func startBusy(t *testing.T, db *testdb.DB, reconciler string, margin time.Durat
 func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 	t.Parallel()
 	for _, tt := range deadlineRows {
-		t.Run(tt.reconciler, func(t *testing.T) {
+		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f, c := startLookingAhead(t, db, tt.reconciler, 3*time.Second) // a 4 s window
+			f, c := startLookingAhead(t, db, tt.r, 3*time.Second) // a 4 s window
 
 			deadline := store.NowMs() + 2500
 			soon := tt.insert(t, db.Pool, 7, deadline)
@@ -118,7 +43,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			var n int
 			err := db.Pool.QueryRow(ctx, `
 				SELECT count(*) OVER (), scheduled_at, attempted_at FROM river.river_job
-				 WHERE kind = $1 AND args->>'execution_id' = $2`, tt.rowKind, soon).Scan(&n, &scheduledAt, &attemptedAt)
+				 WHERE kind = $1 AND args->>'execution_id' = $2`, tt.r.RowKind(), soon).Scan(&n, &scheduledAt, &attemptedAt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -128,6 +53,11 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			if attemptedAt.Before(scheduledAt) {
 				t.Fatalf("row job started at %s, before its deadline's %s", attemptedAt, scheduledAt)
 			}
+			// The row commits before its worker counts it.
+			fleettest.WaitFor(t, 5*time.Second, "the action counted", func() (bool, string) {
+				st := c.Snapshot()
+				return st.Applied >= 1, fleettest.Statusf("%+v", st)
+			})
 			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Applied != 1 || st.NoOps != 0 {
 				t.Fatalf("stats %+v; want 1 row enqueued ahead, applied once, no no-op", st)
 			}
@@ -153,7 +83,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 	t.Parallel()
 	for _, tt := range deadlineRows[:2] { // the promotion's re-check snoozes on its own (TestEarlyPromotionSnoozesUntilDue)
-		t.Run(tt.reconciler, func(t *testing.T) {
+		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
@@ -161,8 +91,8 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 			deadline := store.NowMs() + 1500
 			id := tt.insert(t, db.Pool, 3, deadline)
 			var args river.JobArgs
-			switch tt.reconciler {
-			case jobs.ReconcilerLeaseExpiry:
+			switch tt.r.Name {
+			case workers.LeaseExpiry.Name:
 				args = jobs.LeaseReleaseArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
 			default:
 				args = jobs.SuspensionExpireArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
@@ -177,7 +107,7 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 			if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
 				t.Fatalf("job = %+v; want completed in one attempt after one snooze", j)
 			}
-			if st := f.Workers.Stats().For(tt.reconciler).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
+			if st := f.Workers.Stats().For(tt.r.Name).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
 				t.Fatalf("stats %+v; want applied once after one snooze", st)
 			}
 		})
@@ -192,14 +122,14 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 	t.Parallel()
 	for _, tt := range deadlineRows {
-		t.Run(tt.reconciler, func(t *testing.T) {
+		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f, c := startBusy(t, db, tt.reconciler, 3*time.Second)
+			f, c := startBusy(t, db, tt.r, 3*time.Second)
 			jobOf := func(id string) (state string, scheduledAt time.Time) {
 				err := db.Pool.QueryRow(ctx, `SELECT state, scheduled_at FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`,
-					tt.rowKind, id).Scan(&state, &scheduledAt)
+					tt.r.RowKind(), id).Scan(&state, &scheduledAt)
 				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					t.Fatal(err)
 				}
@@ -258,11 +188,11 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.New(t)
 	tt := deadlineRows[0]
-	_, c := startLookingAhead(t, db, tt.reconciler, 4*time.Second) // a 5 s window
+	_, c := startLookingAhead(t, db, tt.r, 4*time.Second) // a 5 s window
 	id := tt.insert(t, db.Pool, 4, store.NowMs()+4500)
 	xmin := func() string {
 		var x string
-		err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`, tt.rowKind, id).Scan(&x)
+		err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`, tt.r.RowKind(), id).Scan(&x)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}

@@ -24,15 +24,15 @@ import (
 func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 	t.Parallel()
 	for _, tt := range deadlineRows {
-		t.Run(tt.reconciler, func(t *testing.T) {
+		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
-			f, c := startBusy(t, db, tt.reconciler, 500*time.Millisecond)
+			f, c := startBusy(t, db, tt.r, 500*time.Millisecond)
 			queued := func() int {
 				var n int
 				if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state = 'available'`,
-					tt.rowKind).Scan(&n); err != nil {
+					tt.r.RowKind()).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n
@@ -84,7 +84,7 @@ func TestBusyCancelPartitionIsSkipped(t *testing.T) {
 	if err := f.Client.QueuePause(ctx, jobs.QueueRows, nil); err != nil {
 		t.Fatal(err)
 	}
-	c := f.Workers.Stats().For(workers.CancelDispatch)
+	c := f.Workers.Stats().For(workers.CancelDispatch.Name)
 	insertGroup(t, db.Pool, 9, 1, false, false, "")
 	fleettest.WaitFor(t, 30*time.Second, "two ticks skipping the busy partition", func() (bool, string) {
 		return c.PartitionsBusy.Load() >= 2, fleettest.Statusf("%+v", c.Snapshot())

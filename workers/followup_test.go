@@ -27,7 +27,7 @@ import (
 func TestStartedScanGetsAFollowUpWithoutItsRowLocked(t *testing.T) {
 	t.Parallel()
 	for _, tt := range deadlineRows {
-		t.Run(tt.reconciler, func(t *testing.T) {
+		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := testdb.New(t)
@@ -63,8 +63,8 @@ func TestStartedScanGetsAFollowUpWithoutItsRowLocked(t *testing.T) {
 			}
 			waitingRow := tt.insert(t, db.Pool, waiting, store.NowMs()-1000)
 
-			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.reconciler), BatchSize: 2})
-			c := f.Workers.Stats().For(tt.reconciler)
+			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.r), BatchSize: 2})
+			c := f.Workers.Stats().For(tt.r.Name)
 			fleettest.WaitFor(t, 30*time.Second, "every row of the partition with a started scan acted on", func() (bool, string) {
 				n := 0
 				for _, id := range ids {

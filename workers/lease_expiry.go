@@ -2,96 +2,49 @@ package workers
 
 import (
 	"context"
-	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-func registerLeaseExpiry(ws *river.Workers, d *deps) error {
-	if err := addWorker(ws, d, &leaseExpiryTickWorker{d: d}); err != nil {
-		return err
-	}
-	if err := addWorker(ws, d, &leaseExpiryScanWorker{d: d}); err != nil {
-		return err
-	}
-	return addWorker(ws, d, &leaseReleaseWorker{d: d})
-}
-
-// leaseExpiryTickWorker finds the partitions holding expired leases and
-// enqueues one scan for each.
-type leaseExpiryTickWorker struct {
-	river.WorkerDefaults[jobs.LeaseExpiryTickArgs]
-	d *deps
-}
-
-func (w *leaseExpiryTickWorker) Timeout(*river.Job[jobs.LeaseExpiryTickArgs]) time.Duration {
-	return TickTimeout
-}
-
-func (w *leaseExpiryTickWorker) Work(ctx context.Context, _ *river.Job[jobs.LeaseExpiryTickArgs]) error {
-	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), LeaseExpiry)
-}
-
-var leaseScan = &scanSpec[store.ExpiredLease]{
-	name:       LeaseExpiry,
-	scan:       store.ScanExpiredLeases,
-	deadlineMs: func(l store.ExpiredLease) int64 { return l.ExpiresAtMs },
-	key: func(l store.ExpiredLease) string {
-		return l.ExecutionID + "/" + strconv.Itoa(int(l.AttemptIndex))
-	},
-	rowJob: func(p int16, l store.ExpiredLease) river.JobArgs {
-		return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: l.ExecutionID, AttemptIndex: l.AttemptIndex, DeadlineMs: l.ExpiresAtMs}
-	},
-	cursor: func(l store.ExpiredLease) jobs.ScanCursor {
-		return jobs.ScanCursor{AtMs: l.ExpiresAtMs, ID: l.ExecutionID, N: l.AttemptIndex}
-	},
-	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
-		return jobs.LeaseExpiryScanArgs{Partition: p, After: after, Follows: follows}
-	},
-}
-
-// leaseExpiryScanWorker enqueues one release job per expired lease of a
-// partition.
-type leaseExpiryScanWorker struct {
-	river.WorkerDefaults[jobs.LeaseExpiryScanArgs]
-	d *deps
-}
-
-func (w *leaseExpiryScanWorker) Timeout(*river.Job[jobs.LeaseExpiryScanArgs]) time.Duration {
-	return ScanTimeout
-}
-
-func (w *leaseExpiryScanWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseExpiryScanArgs]) error {
-	return runScan(ctx, w.d, leaseScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
-}
+// LeaseExpiry releases attempts whose lease lapsed, so another worker can
+// reclaim the execution: FlowFabric's lease_expiry reconciler, every 1.5 s.
+var LeaseExpiry = define[jobs.LeaseExpiryTickArgs, jobs.LeaseExpiryScanArgs](Reconciler{
+	Name:      "lease_expiry",
+	Interval:  1500 * time.Millisecond,
+	Due:       store.ExpiredLeases,
+	Lookahead: true,
+}, func(p int16, x store.DueRow) jobs.LeaseReleaseArgs {
+	return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
+}, func(d *deps) river.Worker[jobs.LeaseReleaseArgs] {
+	return &leaseReleaseWorker{d: d, releases: batcher(d, func(ctx context.Context, p int16, refs []store.LeaseRef) ([]store.ReleaseResult, error) {
+		return store.ReleaseExpiredLeases(ctx, d.cfg.Pool, p, refs, store.NowMs())
+	})}
+})
 
 // leaseReleaseWorker releases one expired lease.
 type leaseReleaseWorker struct {
-	river.WorkerDefaults[jobs.LeaseReleaseArgs]
-	d *deps
-}
-
-func (w *leaseReleaseWorker) Timeout(*river.Job[jobs.LeaseReleaseArgs]) time.Duration {
-	return RowTimeout
+	rowDefaults[jobs.LeaseReleaseArgs]
+	d        *deps
+	releases *coalesce.Coalescer[int16, store.LeaseRef, store.ReleaseResult]
 }
 
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
-	c := w.d.cfg.Stats.For(LeaseExpiry)
+	c := w.d.stats(LeaseExpiry)
 	if err := w.d.beforeDeadline(LeaseExpiry, a.DeadlineMs); err != nil {
 		return err
 	}
-	res, err := w.d.releases.Do(ctx, a.Partition, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex})
+	res, err := w.releases.Do(ctx, a.Partition, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex})
 	if err != nil {
 		c.Errors.Add(1)
 		return err
 	}
-	log := w.d.log().With("reconciler", LeaseExpiry, "partition", a.Partition,
+	log := w.d.log().With("reconciler", LeaseExpiry.Name, "partition", a.Partition,
 		"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex, "job_id", job.ID)
 	if !res.Released {
 		c.NoOps.Add(1)

@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestLeaseExpiryBacklogLargerThanBatchDrains: 35 due rows in one partition
@@ -24,14 +26,14 @@ func TestLeaseExpiryBacklogLargerThanBatchDrains(t *testing.T) {
 		fftest.InsertAttempt(t, db.Pool, 42, id, 0, fftest.Ms(now-int64(1000+i)))
 	}
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: map[string]time.Duration{jobs.ReconcilerLeaseExpiry: 30 * time.Second}, // one tick (RunOnStart)
+		Reconcilers: map[string]time.Duration{workers.LeaseExpiry.Name: 30 * time.Second}, // one tick (RunOnStart)
 		BatchSize:   10,
 	})
 	fleettest.WaitFor(t, 30*time.Second, "all 35 leases released", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return n == 0, fleettest.Statusf("%d leases left", n)
 	})
-	st := f.Workers.Stats().For(jobs.ReconcilerLeaseExpiry).Snapshot()
+	st := f.Workers.Stats().For(workers.LeaseExpiry.Name).Snapshot()
 	if st.Continuations < 3 {
 		t.Fatalf("continuations = %d; a 35-row backlog with batch 10 needs at least 3 (stats %+v)", st.Continuations, st)
 	}
@@ -44,24 +46,33 @@ func TestLeaseExpiryBacklogLargerThanBatchDrains(t *testing.T) {
 // database: every expired lease is released exactly once, proven by counting
 // lease events per attempt (a second application would write a second one).
 // Leases keep expiring while both run, so both processes race on scans and
-// row jobs through River's uniqueness and the row-level re-check.
+// row jobs through River's uniqueness; and the expired ones also have two
+// duplicate release jobs each, without a unique key, so the two processes
+// run the same row's action at once and only the row-level re-check keeps
+// it to one effect. The test fails unless both processes ran row jobs and
+// the duplicates ended as no-ops.
 func TestLeaseExpiryTwoClientsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	const rows = 600
 	now := store.NowMs()
-	// Half already expired; half expire over the next two seconds.
+	// Half already expired, each with two duplicate release jobs; half
+	// expire over the next two seconds.
+	var dups []string
 	for i := range rows {
 		p := int16(i % 256)
 		id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: p, Namespace: "ns"})
 		exp := now - 1000
 		if i%2 == 1 {
 			exp = now + int64(i)*2000/rows
+		} else {
+			dups = append(dups, fmt.Sprintf(`{"partition": %d, "execution_id": %q, "attempt_index": 0}`, p, id))
 		}
 		fftest.InsertAttempt(t, db.Pool, p, id, 0, fftest.Ms(exp))
 	}
-	cfg := fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry), BatchSize: 50}
+	duplicateRowJobs(t, db, jobs.KindLeaseRelease, dups, 2)
+	cfg := fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry), BatchSize: 50}
 	f1 := fleettest.Start(t, db, cfg)
 	f2 := fleettest.Start(t, db, cfg)
 
@@ -78,14 +89,12 @@ func TestLeaseExpiryTwoClientsExactlyOnce(t *testing.T) {
 	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase <> 'runnable'`); n != 0 {
 		t.Fatalf("%d executions not flipped to runnable", n)
 	}
-	s1 := f1.Workers.Stats().For(jobs.ReconcilerLeaseExpiry).Snapshot()
-	s2 := f2.Workers.Stats().For(jobs.ReconcilerLeaseExpiry).Snapshot()
+	s1 := f1.Workers.Stats().For(workers.LeaseExpiry.Name).Snapshot()
+	s2 := f2.Workers.Stats().For(workers.LeaseExpiry.Name).Snapshot()
 	if s1.Applied+s2.Applied != rows {
 		t.Fatalf("applied %d + %d; want %d", s1.Applied, s2.Applied, rows)
 	}
-	if s1.Applied == 0 || s2.Applied == 0 {
-		t.Logf("one process did all row work (%d/%d): allowed, but the race was not exercised", s1.Applied, s2.Applied)
-	}
+	requireBothRaced(t, workers.LeaseExpiry, f1, f2, len(dups))
 	// Nothing left behind in River.
 	fleettest.WaitFor(t, 10*time.Second, "no unfinished River jobs for rows", func() (bool, string) {
 		var n int
@@ -112,7 +121,7 @@ func TestLeaseExpiryFilterLimitsTheFleet(t *testing.T) {
 	fftest.InsertAttempt(t, db.Pool, 3, orphan, 0, fftest.Ms(now-10))
 
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry),
+		Reconcilers: fleettest.Fast(workers.LeaseExpiry),
 		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
 	})
 	fleettest.WaitFor(t, 20*time.Second, "the tenant's lease released", func() (bool, string) {
@@ -120,9 +129,9 @@ func TestLeaseExpiryFilterLimitsTheFleet(t *testing.T) {
 		return att.LeaseExpiresAtMs == nil, "still leased"
 	})
 	// Let a few more ticks pass, then check nothing else was touched.
-	ticks := f.Workers.Stats().For(jobs.ReconcilerLeaseExpiry).Ticks.Load()
+	ticks := f.Workers.Stats().For(workers.LeaseExpiry.Name).Ticks.Load()
 	fleettest.WaitFor(t, 10*time.Second, "three more ticks", func() (bool, string) {
-		n := f.Workers.Stats().For(jobs.ReconcilerLeaseExpiry).Ticks.Load()
+		n := f.Workers.Stats().For(workers.LeaseExpiry.Name).Ticks.Load()
 		return n >= ticks+3, fleettest.Statusf("%d ticks", n)
 	})
 	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`); n != 3 {

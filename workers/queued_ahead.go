@@ -8,8 +8,8 @@ import "sync"
 // those rows instead of offering them to River's uniqueness check again,
 // where a duplicate is an INSERT … ON CONFLICT DO UPDATE that rewrites the
 // queued job's row. Consecutive ticks' windows overlap by the lookahead
-// margin plus the ticks' jitter: without this, 40-60 % of the rows found
-// ahead were offered twice (docs/performance.md).
+// margin plus the ticks' jitter: without this, many of the rows found ahead
+// were offered twice (docs/performance.md).
 //
 // A job scheduled in the future cannot have started, so it is still queued;
 // only a job deleted or cancelled by hand meanwhile makes a skip wrong, and

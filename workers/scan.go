@@ -13,35 +13,27 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-// scanSpec describes one reconciler's partition scan: how to read a batch of
-// due rows and how to turn each into a row job.
-type scanSpec[Row any] struct {
-	name string
-	// scan reads up to limit rows of a partition due by boundMs, in a total
-	// order.
-	scan func(ctx context.Context, db store.DB, partition int16, boundMs int64, after *store.After, limit int, f store.Filter) ([]Row, error)
-	// deadlineMs is a row's deadline, for reconcilers whose rows fall due
-	// at a time (nil for the cancel reconcilers): their scans look ahead
-	// (Config.Lookahead) and schedule rows not yet due for their deadline.
-	deadlineMs func(Row) int64
-	// key is the row job's unique key within its kind.
-	key func(Row) string
-	// rowJob builds the row job's args.
-	rowJob func(partition int16, r Row) river.JobArgs
-	// cursor is the scan position of a row, to continue after it.
-	cursor func(r Row) jobs.ScanCursor
-	// next builds the args of a scan of partition: a tick's (after nil, or
-	// from the tick's now on) or a continuation's. follows is a follow-up's
-	// (see the jobs package's "Follow-up scans"), which its continuations
-	// keep.
-	next func(partition int16, after *jobs.ScanCursor, follows int64) river.JobArgs
+// scanWorker is every reconciler's partition scan: it enqueues one row job
+// per due row of a partition (see runScan).
+type scanWorker[S scanArgs] struct {
+	river.WorkerDefaults[S]
+	r *Reconciler
+	d *deps
 }
 
-func toStoreAfter(c *jobs.ScanCursor) *store.After {
+// Timeout implements river.Worker.
+func (w *scanWorker[S]) Timeout(*river.Job[S]) time.Duration { return ScanTimeout }
+
+// Work implements river.Worker.
+func (w *scanWorker[S]) Work(ctx context.Context, job *river.Job[S]) error {
+	return runScan(ctx, w.d, w.r, job, struct{ jobs.ScanArgs }(job.Args).ScanArgs)
+}
+
+func toDueRow(c *jobs.ScanCursor) *store.DueRow {
 	if c == nil {
 		return nil
 	}
-	return &store.After{AtMs: c.AtMs, ID: c.ID, ID2: c.ID2, N: c.N}
+	return &store.DueRow{AtMs: c.AtMs, ID: c.ID, ID2: c.ID2, N: c.N}
 }
 
 // runScan enqueues one row job per due row of a partition (and, for a
@@ -56,15 +48,13 @@ func toStoreAfter(c *jobs.ScanCursor) *store.After {
 // earlier scan already walked this stretch, and walking on would re-offer the
 // whole backlog every tick. Rows beyond are reached by a later tick once the
 // queued ones are done.
-func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanSpec[Row], job *river.Job[S], partition int16, after *jobs.ScanCursor, follows int64) error {
-	c := d.cfg.Stats.For(spec.name)
+func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *river.Job[S], args jobs.ScanArgs) error {
+	c := d.stats(r)
+	partition := args.Partition
 	limit := d.cfg.BatchSize
 	nowMs := store.NowMs()
-	boundMs := nowMs
-	if spec.deadlineMs != nil {
-		boundMs += d.lookahead(spec.name).Milliseconds()
-	}
-	rows, err := spec.scan(ctx, d.cfg.Pool, partition, boundMs, toStoreAfter(after), limit, d.cfg.Filter)
+	boundMs := nowMs + d.lookahead(r).Milliseconds()
+	rows, err := r.Due.Scan(ctx, d.cfg.Pool, partition, boundMs, toDueRow(args.After), limit, d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
@@ -78,8 +68,8 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	// Rows whose jobs this process saw queued for a future start are not
 	// offered again (see queuedAhead).
 	var queued map[string]struct{}
-	if spec.deadlineMs != nil {
-		queued = d.ahead.pending(spec.name, partition, nowMs)
+	if !r.Due.Always {
+		queued = d.ahead.pending(r.Name, partition, nowMs)
 	}
 	knownQueued := 0
 	// River fails a whole batch when two of its jobs share a unique key,
@@ -90,8 +80,8 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	keys := make([]string, 0, len(rows))
 	// startAt[i] is when params[i] starts, for a row not yet due (else zero).
 	startAt := make([]time.Time, 0, len(rows))
-	for _, r := range rows {
-		k := spec.key(r)
+	for _, row := range rows {
+		k := rowKey(row)
 		if _, dup := seen[k]; dup {
 			continue
 		}
@@ -100,7 +90,7 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 			knownQueued++
 			continue
 		}
-		p := river.InsertManyParams{Args: spec.rowJob(partition, r)}
+		p := river.InsertManyParams{Args: r.rowJob(partition, row)}
 		var at time.Time
 		// A row not yet due is scheduled one millisecond after its
 		// deadline, the first instant every action's re-check (deadline <
@@ -109,8 +99,8 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		// fetches by scheduled_at, then id, so the jobs of one scan stay
 		// together and share statements (scheduled at their deadlines, a
 		// backlog's jobs would interleave across partitions).
-		if spec.deadlineMs != nil {
-			if startMs := spec.deadlineMs(r) + 1; startMs > nowMs {
+		if !r.Due.Always {
+			if startMs := row.AtMs + 1; startMs > nowMs {
 				at = time.UnixMilli(startMs)
 				p.InsertOpts = &river.InsertOpts{ScheduledAt: at}
 			}
@@ -128,7 +118,7 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	tx, err := d.cfg.Pool.Begin(ctx)
 	if err != nil {
 		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: begin: %w", spec.name, partition, err)
+		return fmt.Errorf("%s scan of partition %d: begin: %w", r.Name, partition, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
 
@@ -138,17 +128,17 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	// tick scans them again, so it need not wait for the flush.
 	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
 		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: %w", spec.name, partition, err)
+		return fmt.Errorf("%s scan of partition %d: %w", r.Name, partition, err)
 	}
 
 	res, err := client.InsertManyTx(ctx, tx, params)
 	if err != nil {
 		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: enqueue %d row jobs: %w", spec.name, partition, len(params), err)
+		return fmt.Errorf("%s scan of partition %d: enqueue %d row jobs: %w", r.Name, partition, len(params), err)
 	}
 	inserted, ahead := 0, 0
-	for i, r := range res {
-		if !r.UniqueSkippedAsDuplicate {
+	for i, x := range res {
+		if !x.UniqueSkippedAsDuplicate {
 			inserted++
 			if !startAt[i].IsZero() {
 				ahead++
@@ -160,18 +150,20 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	if len(rows) >= limit && inserted > 0 {
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			c.Errors.Add(1)
-			return fmt.Errorf("%s scan of partition %d: complete before continuing: %w", spec.name, partition, err)
+			return fmt.Errorf("%s scan of partition %d: complete before continuing: %w", r.Name, partition, err)
 		}
-		cur := spec.cursor(rows[len(rows)-1])
-		if _, err := client.InsertTx(ctx, tx, spec.next(partition, &cur, follows), nil); err != nil {
+		last := rows[len(rows)-1]
+		next := jobs.ScanArgs{Partition: partition, Follows: args.Follows,
+			After: &jobs.ScanCursor{AtMs: last.AtMs, ID: last.ID, ID2: last.ID2, N: last.N}}
+		if _, err := client.InsertTx(ctx, tx, r.newScan(next), nil); err != nil {
 			c.Errors.Add(1)
-			return fmt.Errorf("%s scan of partition %d: enqueue continuation: %w", spec.name, partition, err)
+			return fmt.Errorf("%s scan of partition %d: enqueue continuation: %w", r.Name, partition, err)
 		}
 		continued = true
 	}
 	if err := tx.Commit(ctx); err != nil {
 		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: commit: %w", spec.name, partition, err)
+		return fmt.Errorf("%s scan of partition %d: commit: %w", r.Name, partition, err)
 	}
 	// Only now can a fetch see the jobs enqueued ahead. A wake-up is asked
 	// for duplicates too: their job, maybe enqueued by another process, is
@@ -182,9 +174,9 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 		}
 	}
 	now := time.Now()
-	for i, r := range res {
-		if r.Job != nil && r.Job.ScheduledAt.After(now) {
-			d.ahead.add(spec.name, partition, keys[i], r.Job.ScheduledAt.UnixMilli())
+	for i, x := range res {
+		if x.Job != nil && x.Job.ScheduledAt.After(now) {
+			d.ahead.add(r.Name, partition, keys[i], x.Job.ScheduledAt.UnixMilli())
 		}
 	}
 	c.Enqueued.Add(int64(inserted))
@@ -193,7 +185,7 @@ func runScan[Row any, S river.JobArgs](ctx context.Context, d *deps, spec *scanS
 	if continued {
 		c.Continuations.Add(1)
 	}
-	d.log().Debug("partition scanned", "reconciler", spec.name, "partition", partition,
+	d.log().Debug("partition scanned", "reconciler", r.Name, "partition", partition,
 		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted+knownQueued, "continued", continued)
 	return nil
 }

@@ -1,19 +1,9 @@
 package workers
 
 import (
-	"github.com/flowfabric/ffreconcile/jobs"
 	"sort"
 	"sync"
 	"sync/atomic"
-)
-
-// Reconciler names, used in logs, counters and metrics.
-const (
-	LeaseExpiry       = jobs.ReconcilerLeaseExpiry
-	SuspensionTimeout = jobs.ReconcilerSuspensionTimeout
-	DelayedPromotion  = jobs.ReconcilerDelayedPromotion
-	CancelDispatch    = jobs.ReconcilerCancelDispatch
-	CancelReconcile   = jobs.ReconcilerCancelReconcile
 )
 
 // Counters are what one reconciler did in this process since it started.

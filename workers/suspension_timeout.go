@@ -4,91 +4,49 @@ import (
 	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-func registerSuspensionTimeout(ws *river.Workers, d *deps) error {
-	if err := addWorker(ws, d, &suspensionTimeoutTickWorker{d: d}); err != nil {
-		return err
-	}
-	if err := addWorker(ws, d, &suspensionTimeoutScanWorker{d: d}); err != nil {
-		return err
-	}
-	return addWorker(ws, d, &suspensionExpireWorker{d: d})
-}
-
-// suspensionTimeoutTickWorker finds the partitions holding timed-out
-// suspensions and enqueues one scan for each.
-type suspensionTimeoutTickWorker struct {
-	river.WorkerDefaults[jobs.SuspensionTimeoutTickArgs]
-	d *deps
-}
-
-func (w *suspensionTimeoutTickWorker) Timeout(*river.Job[jobs.SuspensionTimeoutTickArgs]) time.Duration {
-	return TickTimeout
-}
-
-func (w *suspensionTimeoutTickWorker) Work(ctx context.Context, _ *river.Job[jobs.SuspensionTimeoutTickArgs]) error {
-	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), SuspensionTimeout)
-}
-
-var suspensionScan = &scanSpec[store.ExpiredSuspension]{
-	name:       SuspensionTimeout,
-	scan:       store.ScanExpiredSuspensions,
-	deadlineMs: func(s store.ExpiredSuspension) int64 { return s.TimeoutAtMs },
-	key:        func(s store.ExpiredSuspension) string { return s.ExecutionID },
-	rowJob: func(p int16, s store.ExpiredSuspension) river.JobArgs {
-		return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: s.ExecutionID, DeadlineMs: s.TimeoutAtMs}
-	},
-	cursor: func(s store.ExpiredSuspension) jobs.ScanCursor {
-		return jobs.ScanCursor{AtMs: s.TimeoutAtMs, ID: s.ExecutionID}
-	},
-	next: func(p int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
-		return jobs.SuspensionTimeoutScanArgs{Partition: p, After: after, Follows: follows}
-	},
-}
-
-// suspensionTimeoutScanWorker enqueues one expire job per timed-out
-// suspension of a partition.
-type suspensionTimeoutScanWorker struct {
-	river.WorkerDefaults[jobs.SuspensionTimeoutScanArgs]
-	d *deps
-}
-
-func (w *suspensionTimeoutScanWorker) Timeout(*river.Job[jobs.SuspensionTimeoutScanArgs]) time.Duration {
-	return ScanTimeout
-}
-
-func (w *suspensionTimeoutScanWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionTimeoutScanArgs]) error {
-	return runScan(ctx, w.d, suspensionScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
-}
+// SuspensionTimeout applies the timeout behaviour of suspensions whose
+// timeout lapsed: the execution fails, is cancelled or expires (with a
+// completion event), or gets a synthetic timeout signal. FlowFabric's
+// suspension_timeout reconciler, every 2 s.
+var SuspensionTimeout = define[jobs.SuspensionTimeoutTickArgs, jobs.SuspensionTimeoutScanArgs](Reconciler{
+	Name:      "suspension_timeout",
+	Interval:  2 * time.Second,
+	Due:       store.TimedOutSuspensions,
+	Lookahead: true,
+}, func(p int16, x store.DueRow) jobs.SuspensionExpireArgs {
+	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
+}, func(d *deps) river.Worker[jobs.SuspensionExpireArgs] {
+	return &suspensionExpireWorker{d: d, suspensions: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.SuspensionExpireResult, error) {
+		return store.ExpireSuspensions(ctx, d.cfg.Pool, p, ids, store.NowMs())
+	})}
+})
 
 // suspensionExpireWorker applies the timeout behaviour of one suspension.
 type suspensionExpireWorker struct {
-	river.WorkerDefaults[jobs.SuspensionExpireArgs]
-	d *deps
-}
-
-func (w *suspensionExpireWorker) Timeout(*river.Job[jobs.SuspensionExpireArgs]) time.Duration {
-	return RowTimeout
+	rowDefaults[jobs.SuspensionExpireArgs]
+	d           *deps
+	suspensions *coalesce.Coalescer[int16, string, store.SuspensionExpireResult]
 }
 
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
-	c := w.d.cfg.Stats.For(SuspensionTimeout)
+	c := w.d.stats(SuspensionTimeout)
 	if err := w.d.beforeDeadline(SuspensionTimeout, a.DeadlineMs); err != nil {
 		return err
 	}
-	res, err := w.d.suspensions.Do(ctx, a.Partition, a.ExecutionID)
+	res, err := w.suspensions.Do(ctx, a.Partition, a.ExecutionID)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
 	}
-	log := w.d.log().With("reconciler", SuspensionTimeout, "partition", a.Partition,
+	log := w.d.log().With("reconciler", SuspensionTimeout.Name, "partition", a.Partition,
 		"execution_id", a.ExecutionID, "job_id", job.ID)
 	if !res.Applied {
 		c.NoOps.Add(1)
@@ -128,12 +86,4 @@ func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.S
 		log.Debug("suspension timed out; execution terminal", "outcome", res.Outcome, "event_id", res.EventID)
 	}
 	return nil
-}
-
-// truncate shortens s to at most n bytes for a log line.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

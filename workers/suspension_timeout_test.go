@@ -1,11 +1,9 @@
 package workers_test
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
+	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestSuspensionTimeoutFleet runs every timeout behaviour through a fleet:
@@ -68,7 +67,7 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 79, ExecutionID: later, TimeoutAtMs: fftest.Ms(now + 3_600_000)})
 
 	logger, logs := captureLogger(t)
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout), Logger: logger})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.SuspensionTimeout), Logger: logger})
 
 	timeoutSignals := func() int {
 		su, ok := fftest.ReadSuspension(t, pool, 77, resume)
@@ -82,7 +81,7 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 	// Polls read in-process counters or single rows: a count over a
 	// 256-partition table locks every child and index, and many such polls
 	// from parallel tests exhaust the server's lock table.
-	applied := func() int64 { return f.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Applied.Load() }
+	applied := func() int64 { return f.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load() }
 	fleettest.WaitFor(t, 20*time.Second, "every due suspension handled", func() (bool, string) {
 		return applied() >= int64(len(terms)+2), fleettest.Statusf("%d applied", applied())
 	})
@@ -132,7 +131,7 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 	if su, ok := fftest.ReadSuspension(t, pool, 79, later); !ok || su.TimeoutAtMs == nil {
 		t.Fatal("a suspension not yet due was touched")
 	}
-	st := f.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
+	st := f.Workers.Stats().For(workers.SuspensionTimeout.Name).Snapshot()
 	if want := int64(len(terms) + 3); st.Applied != want || st.Errors != 0 {
 		t.Fatalf("stats = %+v; want %d applied, no errors", st, want)
 	}
@@ -140,7 +139,9 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 
 // TestSuspensionTimeoutTwoClientsExactlyOnce runs two fleet processes on one
 // database while suspensions keep timing out: each execution gets exactly
-// one completion event.
+// one completion event, although the timed-out ones also have two duplicate
+// expire jobs each (no unique key), which both processes run at once; the
+// test fails unless both ran row jobs and the duplicates were no-ops.
 func TestSuspensionTimeoutTwoClientsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -149,23 +150,27 @@ func TestSuspensionTimeoutTwoClientsExactlyOnce(t *testing.T) {
 	now := store.NowMs()
 	behaviors := []*string{nil, fftest.Str("fail"), fftest.Str("cancel"), fftest.Str("expire"), fftest.Str("escalate")}
 	parts := somePartitions(40)
+	var dups []string
 	for i := range rows {
 		p := parts[i%len(parts)]
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", Namespace: "ns"})
 		at := now - 1000
 		if i%2 == 1 {
 			at = now + int64(i)*2000/rows
+		} else {
+			dups = append(dups, fmt.Sprintf(`{"partition": %d, "execution_id": %q}`, p, id))
 		}
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(at),
 			Behavior: behaviors[i%len(behaviors)]})
 	}
-	cfg := fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout), BatchSize: 50}
+	duplicateRowJobs(t, db, jobs.KindSuspensionExpire, dups, 2)
+	cfg := fleet.Config{Reconcilers: fleettest.Fast(workers.SuspensionTimeout), BatchSize: 50}
 	f1 := fleettest.Start(t, db, cfg)
 	f2 := fleettest.Start(t, db, cfg)
 
 	applied := func() int64 {
-		return f1.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Applied.Load() +
-			f2.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Applied.Load()
+		return f1.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load() +
+			f2.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load()
 	}
 	fleettest.WaitFor(t, 40*time.Second, "every suspension timed out", func() (bool, string) {
 		return applied() >= rows, fleettest.Statusf("%d applied", applied())
@@ -184,11 +189,12 @@ func TestSuspensionTimeoutTwoClientsExactlyOnce(t *testing.T) {
 		AND lifecycle_phase <> 'terminal'`, parts); n != 0 {
 		t.Fatalf("%d executions not terminal", n)
 	}
-	s1 := f1.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
-	s2 := f2.Workers.Stats().For(jobs.ReconcilerSuspensionTimeout).Snapshot()
+	s1 := f1.Workers.Stats().For(workers.SuspensionTimeout.Name).Snapshot()
+	s2 := f2.Workers.Stats().For(workers.SuspensionTimeout.Name).Snapshot()
 	if s1.Applied+s2.Applied != rows {
 		t.Fatalf("applied %d + %d; want %d", s1.Applied, s2.Applied, rows)
 	}
+	requireBothRaced(t, workers.SuspensionTimeout, f1, f2, len(dups))
 }
 
 // TestSuspensionTimeoutFilterLimitsTheFleet: a fleet limited to one tenant
@@ -210,14 +216,14 @@ func TestSuspensionTimeoutFilterLimitsTheFleet(t *testing.T) {
 	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 3, ExecutionID: orphan, TimeoutAtMs: fftest.Ms(now - 10)})
 
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(jobs.ReconcilerSuspensionTimeout),
+		Reconcilers: fleettest.Fast(workers.SuspensionTimeout),
 		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
 	})
 	fleettest.WaitFor(t, 20*time.Second, "the tenant's suspension timed out", func() (bool, string) {
 		_, ok := fftest.ReadSuspension(t, pool, 1, mine)
 		return !ok, "still suspended"
 	})
-	waitTicks(t, f, jobs.ReconcilerSuspensionTimeout, 2)
+	waitTicks(t, f, workers.SuspensionTimeout, 2)
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current WHERE partition_key IN (1, 2, 3)`); n != 3 {
 		t.Fatalf("%d suspensions left; want 3 (other tag, other tenant, orphan)", n)
 	}
@@ -225,57 +231,3 @@ func TestSuspensionTimeoutFilterLimitsTheFleet(t *testing.T) {
 		t.Fatalf("%d completion events; want 1", n)
 	}
 }
-
-// somePartitions returns n partitions spread over 0..255. Tests seed only
-// these and count with partition_key = ANY(…), which prunes to their
-// children at plan time: a count over all 256 children and their indexes
-// takes over a thousand lock-table slots, and parallel tests sharing a
-// server with the default max_locks_per_transaction (64) then fail with
-// "out of shared memory".
-func somePartitions(n int) []int16 {
-	out := make([]int16, n)
-	for i := range out {
-		out[i] = int16(i * 256 / n)
-	}
-	return out
-}
-
-// waitTicks waits until the fleet has run n more ticks of a reconciler, so a
-// test can check that something was left alone.
-func waitTicks(t *testing.T, f *fleet.Fleet, reconciler string, n int64) {
-	t.Helper()
-	start := f.Workers.Stats().For(reconciler).Ticks.Load()
-	fleettest.WaitFor(t, 15*time.Second, "more ticks", func() (bool, string) {
-		got := f.Workers.Stats().For(reconciler).Ticks.Load()
-		return got >= start+n, fleettest.Statusf("%d ticks (from %d)", got, start)
-	})
-}
-
-// captureLogger returns a logger recording warnings and errors, and a
-// function returning what it recorded. The record is logged when the test
-// fails.
-func captureLogger(t *testing.T) (*slog.Logger, func() string) {
-	t.Helper()
-	var mu sync.Mutex
-	var buf bytes.Buffer
-	w := writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	})
-	read := func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.String()
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("fleet logs:\n%s", read())
-		}
-	})
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), read
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

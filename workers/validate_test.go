@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestRawSQLBadJobsOfEveryKindAreCancelledOnce: for every kind with args to
@@ -38,6 +40,15 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindCancelReconcileScan, jobs.QueueControl, ``},
 		{jobs.KindCancelReconcile, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
 	}
+	// Every reconciler's scan and row kinds are here, or a new reconciler
+	// would go untested.
+	for _, r := range workers.All() {
+		for _, kind := range []string{r.ScanKind(), r.RowKind()} {
+			if !slices.ContainsFunc(kinds, func(k struct{ kind, queue, fields string }) bool { return k.kind == kind }) {
+				t.Fatalf("kind %s of %s has no bad jobs here", kind, r.Name)
+			}
+		}
+	}
 	type job struct {
 		name, prefix, reason string
 		id                   int64
@@ -62,7 +73,7 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		})
 	}
 	var skipped int64
-	for _, name := range jobs.Reconcilers {
+	for _, name := range workers.Names() {
 		skipped += f.Workers.Stats().For(name).Skipped.Load()
 	}
 	if skipped != int64(len(inserted)) {

@@ -6,14 +6,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/bench"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
-	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -57,49 +55,38 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		q.DBName, q.Fleet, q.OursOnly = cfg.DBName, cfg.Fleet, cfg.OursOnly
 		cfg = q
 	}
-	for _, s := range sections {
-		for _, part := range strings.Split(s, ",") {
-			switch part = strings.TrimSpace(part); part {
-			case "throughput", "lateness", "idle", "scale":
-				cfg.Sections = append(cfg.Sections, part)
-			default:
-				return badUsage("unknown section %q (want throughput, lateness, idle or scale)", part)
-			}
+	for _, part := range sections {
+		switch part {
+		case "throughput", "lateness", "idle", "scale":
+			cfg.Sections = append(cfg.Sections, part)
+		default:
+			return badUsage("unknown section %q (want throughput, lateness, idle or scale)", part)
 		}
 	}
 	if len(commits) > 0 {
 		cfg.CommitModes = nil
-		for _, c := range commits {
-			for _, part := range strings.Split(c, ",") {
-				switch part = strings.TrimSpace(part); part {
-				case "on", "off":
-					cfg.CommitModes = append(cfg.CommitModes, part)
-				default:
-					return badUsage("unknown --commit %q (want on or off)", part)
-				}
+		for _, part := range commits {
+			if part != "on" && part != "off" {
+				return badUsage("unknown --commit %q (want on or off)", part)
 			}
+			cfg.CommitModes = append(cfg.CommitModes, part)
 		}
 	}
 	if len(leads) > 0 {
 		cfg.LatenessLeads = nil
-		for _, l := range leads {
-			for _, part := range strings.Split(l, ",") {
-				d, err := time.ParseDuration(strings.TrimSpace(part))
-				if err != nil || d <= 0 || d > time.Minute {
-					return badUsage("bad --lateness-lead %q (want a duration above 0 and at most 1m, e.g. 1s)", part)
-				}
-				cfg.LatenessLeads = append(cfg.LatenessLeads, d)
+		for _, part := range leads {
+			d, err := time.ParseDuration(part)
+			if err != nil || d <= 0 || d > time.Minute {
+				return badUsage("bad --lateness-lead %q (want a duration above 0 and at most 1m, e.g. 1s)", part)
 			}
+			cfg.LatenessLeads = append(cfg.LatenessLeads, d)
 		}
 	}
-	for _, r := range reconcilers {
-		for _, name := range strings.Split(r, ",") {
-			name = strings.TrimSpace(name)
-			if !slices.Contains(jobs.Reconcilers, name) {
-				return badUsage("unknown reconciler %q (known: %s)", name, strings.Join(jobs.Reconcilers, ", "))
-			}
-			cfg.Reconcilers = append(cfg.Reconcilers, name)
+	for _, name := range reconcilers {
+		if _, ok := workers.ByName(name); !ok {
+			return badUsage("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
 		}
+		cfg.Reconcilers = append(cfg.Reconcilers, name)
 	}
 	if cfg.Due < 256 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
 		return badUsage("sizes out of range: --due ≥ 256, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
-	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -89,9 +87,9 @@ func TestDemoFeedsUntilDuration(t *testing.T) {
 	}
 }
 
-// TestDemoRowsGetReconciled runs a fleet with every reconciler this build
-// implements over a demo batch and checks each one's effect. Reconcilers
-// still being written are skipped, so the test grows with the build.
+// TestDemoRowsGetReconciled runs a fleet with every reconciler over a demo
+// batch and checks each one's effect; a reconciler without a check fails
+// the test, so the demo keeps up with the registry.
 func TestDemoRowsGetReconciled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -102,10 +100,8 @@ func TestDemoRowsGetReconciled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	implemented := workers.Implemented()
-	t.Logf("implemented reconcilers: %v", implemented)
 	fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(implemented...),
+		Reconcilers: fleettest.Fast(workers.All()...),
 		Filter:      store.Filter{Namespace: demo.Namespace, TagKey: demo.InstanceTagKey, TagValue: demo.InstanceTag},
 	})
 
@@ -122,8 +118,8 @@ func TestDemoRowsGetReconciled(t *testing.T) {
 		}
 		return n
 	}
-	due := func(reconciler string) int64 {
-		dc, err := store.CountDue(ctx, db.Pool, reconciler, store.NowMs(), store.Filter{}, 10_000)
+	due := func(r *workers.Reconciler) int64 {
+		dc, err := r.Due.Count(ctx, db.Pool, store.NowMs(), store.Filter{}, 10_000)
 		if err != nil {
 			readErr = err
 			return -1
@@ -131,43 +127,49 @@ func TestDemoRowsGetReconciled(t *testing.T) {
 		return dc.Due
 	}
 	leases := c.Items[demo.LeaseExpired] + c.Items[demo.LeaseExpiring]
-	checks := map[string]func() (bool, string){
-		jobs.ReconcilerLeaseExpiry: func() (bool, string) {
-			n, ev := due(jobs.ReconcilerLeaseExpiry), count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'demo'`)
+	checks := map[*workers.Reconciler]func() (bool, string){
+		workers.LeaseExpiry: func() (bool, string) {
+			n, ev := due(workers.LeaseExpiry), count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'demo'`)
 			return n == 0 && ev == leases, fleettest.Statusf("%d leases due, %d expired events of %d", n, ev, leases)
 		},
-		jobs.ReconcilerSuspensionTimeout: func() (bool, string) {
+		workers.SuspensionTimeout: func() (bool, string) {
 			// Auto-resume keeps its suspension with the timeout cleared;
 			// every other behaviour deletes it.
-			n, left := due(jobs.ReconcilerSuspensionTimeout), count(`SELECT count(*) FROM ff_suspension_current`)
+			n, left := due(workers.SuspensionTimeout), count(`SELECT count(*) FROM ff_suspension_current`)
 			want := c.Behaviors["auto_resume_with_timeout_signal"]
 			return n == 0 && left == want, fleettest.Statusf("%d due, %d suspensions left (want %d)", n, left, want)
 		},
-		jobs.ReconcilerDelayedPromotion: func() (bool, string) {
-			n := due(jobs.ReconcilerDelayedPromotion)
-			return n == 0, fleettest.Statusf("%d delayed executions due", n)
+		workers.DelayedPromotion: func() (bool, string) {
+			// The demo's delayed executions (public state delayed) are
+			// promoted: eligible now, their delay-until cleared, nothing
+			// else changed.
+			promoted := count(`SELECT count(*) FROM ff_exec_core WHERE public_state = 'delayed'
+			   AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND deadline_at_ms IS NULL
+			   AND attempt_state = 'pending_retry_attempt'`)
+			want := c.Items[demo.Delayed]
+			return promoted == want, fleettest.Statusf("%d of %d delayed executions promoted", promoted, want)
 		},
-		jobs.ReconcilerCancelDispatch: func() (bool, string) {
+		workers.CancelDispatch: func() (bool, string) {
 			flagged := count(`SELECT count(*) FROM ff_edge_group WHERE cancel_siblings_pending_flag`)
 			cancelled := count(`SELECT count(*) FROM ff_exec_core WHERE cancellation_reason = 'sibling_quorum_satisfied'`)
 			return flagged == 0 && cancelled == c.Siblings,
 				fleettest.Statusf("%d groups flagged, %d of %d siblings cancelled", flagged, cancelled, c.Siblings)
 		},
-		jobs.ReconcilerCancelReconcile: func() (bool, string) {
+		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (
 			   SELECT 1 FROM ff_edge_group g WHERE (g.partition_key, g.flow_id, g.downstream_eid) = (p.partition_key, p.flow_id, p.downstream_eid)
 			      AND g.cancel_siblings_pending_flag)`)
 			return stale == 0, fleettest.Statusf("%d orphan or flag-less pending rows", stale)
 		},
 	}
-	for _, name := range jobs.Reconcilers {
-		if !slices.Contains(implemented, name) {
-			t.Logf("%s: not implemented in this build; not checked", name)
-			continue
+	for _, r := range workers.All() {
+		check, ok := checks[r]
+		if !ok {
+			t.Fatalf("no check of %s's demo rows", r.Name)
 		}
-		fleettest.WaitFor(t, 30*time.Second, name+" to reconcile the demo rows", func() (bool, string) {
+		fleettest.WaitFor(t, 30*time.Second, r.Name+" to reconcile the demo rows", func() (bool, string) {
 			readErr = nil
-			ok, status := checks[name]()
+			ok, status := check()
 			if readErr != nil {
 				return false, fleettest.Statusf("%s (read error: %v)", status, readErr)
 			}

@@ -95,11 +95,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		fl := f.fs.Lookup(e.name)
 		if sv, isList := fl.Value.(*stringsValue); isList {
 			*sv = nil
-			for _, part := range strings.Split(v, ",") {
-				if part = strings.TrimSpace(part); part != "" {
-					*sv = append(*sv, part)
-				}
-			}
+			_ = sv.Set(v)
 			continue
 		}
 		if err := fl.Value.Set(v); err != nil {
@@ -184,10 +180,19 @@ func (d *durationValue) Set(v string) error {
 }
 func (d *durationValue) String() string { return time.Duration(*d).String() }
 
+// stringsValue is a list flag: each occurrence adds its comma-separated
+// items, trimmed, empty ones dropped.
 type stringsValue []string
 
-func (s *stringsValue) Set(v string) error { *s = append(*s, v); return nil }
-func (s *stringsValue) String() string     { return strings.Join(*s, ",") }
+func (s *stringsValue) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*s = append(*s, part)
+		}
+	}
+	return nil
+}
+func (s *stringsValue) String() string { return strings.Join(*s, ",") }
 
 // resettingStrings drops environment-provided values on the first flag.
 type resettingStrings struct {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
 
@@ -16,7 +17,7 @@ func migrateCommand(ctx context.Context, args []string, stdout, _ io.Writer, log
 	var ffSchema bool
 	f := newFlagSet("migrate", "Create River's tables in their own schema and, with --ff-schema, the FlowFabric-compatible\nff_* tables (256 hash partitions each). Running it again is a no-op; existing ff_* tables are never altered.")
 	databaseURLFlag(f, &dsn)
-	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", "river", "Postgres schema holding River's tables")
+	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.Bool(&ffSchema, "ff-schema", "FF_MIGRATE_FF_SCHEMA", false, "also create missing ff_* tables (for development, tests and new installs)")
 	if err := f.parse(args, stdout); err != nil {
 		return err

@@ -37,7 +37,7 @@ func parsePromoteFlags(args []string, stdout io.Writer, now time.Time) (*promote
 	var execution, partition, executionID, at string
 	f := newFlagSet("promote", promoteSummary)
 	databaseURLFlag(f, &pc.databaseURL)
-	f.String(&pc.riverSchema, "river-schema", "FF_RIVER_SCHEMA", "river", "Postgres schema holding River's tables")
+	f.String(&pc.riverSchema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&execution, "execution", "FF_PROMOTE_EXECUTION", "", "the execution, in FlowFabric's form {fp:N}:<uuid>")
 	f.String(&partition, "partition", "FF_PROMOTE_PARTITION", "", "the execution's flow partition, 0..255 (with --execution-id)")
 	f.String(&executionID, "execution-id", "FF_PROMOTE_EXECUTION_ID", "", "the execution's bare UUID (with --partition)")

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
-	"github.com/flowfabric/ffreconcile/periodic"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -45,21 +43,20 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	fc := &rc.fleet
 	f := newFlagSet("run", "Run the FlowFabric reconcilers as River workers. Serves River UI at /riverui/, /healthz, /readyz and /stats.\nRun as many identical processes as you like against one database: River elects one leader to tick.")
 	databaseURLFlag(f, &fc.DatabaseURL)
-	f.String(&fc.RiverSchema, "river-schema", "FF_RIVER_SCHEMA", fleet.DefaultRiverSchema, "Postgres schema holding River's tables")
+	f.String(&fc.RiverSchema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&rc.httpAddr, "http-addr", "FF_HTTP_ADDR", "127.0.0.1:8080", "address for River UI and health endpoints (empty disables HTTP)")
 	f.Bool(&rc.ui, "ui", "FF_UI", true, "serve River UI at /riverui/")
 	f.Secret(&uiAuth, "ui-auth", "FF_UI_AUTH", "protect River UI and its API with HTTP basic auth, given as USER:PASSWORD (never logged)")
 	f.Bool(&rc.uiReadOnly, "ui-read-only", "FF_UI_READ_ONLY", false, "refuse every River UI API call that changes jobs or queues")
 	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
-		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(jobs.Reconcilers, ", ")+" (default all)")
-	for _, name := range jobs.Reconcilers {
+		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(workers.Names(), ", ")+" (default all)")
+	for _, r := range workers.All() {
 		d := new(time.Duration)
-		intervals[name] = d
-		flagName := strings.ReplaceAll(name, "_", "-") + "-interval"
-		f.Duration(d, flagName, "FF_"+strings.ToUpper(name)+"_INTERVAL", periodic.DefaultIntervals[name],
-			strings.ReplaceAll(name, "_", " ")+" tick interval")
+		intervals[r.Name] = d
+		f.Duration(d, intervalFlag(r), "FF_"+strings.ToUpper(r.Name)+"_INTERVAL", r.Interval,
+			strings.ReplaceAll(r.Name, "_", " ")+" tick interval")
 	}
-	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", fleet.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
+	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", workers.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
 	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
 	f.String(&fc.Filter.Namespace, "namespace", "FF_NAMESPACE", "", "only reconcile executions of this namespace (raw_fields.namespace)")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only reconcile executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
@@ -98,24 +95,29 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		rc.uiUser, rc.uiPassword = u, p
 	}
 	if len(reconcilers) == 0 {
-		reconcilers = workers.Implemented()
+		reconcilers = workers.Names()
 	}
 	fc.Reconcilers = map[string]time.Duration{}
-	for _, item := range reconcilers {
-		for _, name := range strings.Split(item, ",") {
-			name = strings.TrimSpace(name)
-			if name == "" {
-				continue
-			}
-			if !slices.Contains(jobs.Reconcilers, name) {
-				return nil, badUsage("unknown reconciler %q (known: %s)", name, strings.Join(jobs.Reconcilers, ", "))
-			}
-			fc.Reconcilers[name] = *intervals[name]
+	for _, name := range reconcilers {
+		if _, ok := workers.ByName(name); !ok {
+			return nil, badUsage("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+		}
+		fc.Reconcilers[name] = *intervals[name]
+	}
+	for _, r := range workers.All() {
+		if d := *intervals[r.Name]; d <= 0 {
+			return nil, badUsage("--%s must be positive, got %s", intervalFlag(r), d)
 		}
 	}
-	for _, name := range jobs.Reconcilers {
-		if d := *intervals[name]; d <= 0 {
-			return nil, badUsage("--%s-interval must be positive, got %s", strings.ReplaceAll(name, "_", "-"), d)
+	// fleet.Config takes zero for "the default"; on the command line it is
+	// a mistake (the flags' own defaults are the real ones).
+	for _, c := range []struct {
+		flag string
+		v    int
+	}{{"batch-size", fc.BatchSize}, {"partition-count", fc.PartitionCount}, {"row-workers", fc.RowWorkers},
+		{"work-conns", fc.WorkConns}, {"row-batch", fc.RowBatch}} {
+		if c.v == 0 {
+			return nil, badUsage("--%s must be at least 1, got 0", c.flag)
 		}
 	}
 	if rc.shutdownTimeout <= 0 {
@@ -236,12 +238,17 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 
 func enabledList(m map[string]time.Duration) string {
 	var parts []string
-	for _, name := range jobs.Reconcilers {
-		if d, ok := m[name]; ok {
-			parts = append(parts, name+"="+d.String())
+	for _, r := range workers.All() {
+		if d, ok := m[r.Name]; ok {
+			parts = append(parts, r.Name+"="+d.String())
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// intervalFlag is the name of r's interval flag, e.g. lease-expiry-interval.
+func intervalFlag(r *workers.Reconciler) string {
+	return strings.ReplaceAll(r.Name, "_", "-") + "-interval"
 }
 
 func uiURL(addr string, ui bool) string {

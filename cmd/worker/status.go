@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
-	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 const statusSummary = `Show what the fleet has to do and who is doing it: due rows per reconciler (with the partitions
@@ -124,7 +124,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	)
 	f := newFlagSet("status", statusSummary)
 	databaseURLFlag(f, &dsn)
-	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", fleet.DefaultRiverSchema, "Postgres schema holding River's tables")
+	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&filter.Namespace, "namespace", "FF_NAMESPACE", "", "only count executions of this namespace (raw_fields.namespace), as `worker run` does")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
 	f.Int(&top, "top", "FF_STATUS_TOP", 3, "partitions to show per reconciler, most due rows first (0 hides them)")
@@ -221,18 +221,18 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 	}
 
 	now := store.NowMs()
-	for _, name := range jobs.Reconcilers {
-		dc, err := store.CountDue(ctx, db, name, now, filter, statusDueCap)
+	for _, r := range workers.All() {
+		dc, err := r.Due.Count(ctx, db, now, filter, statusDueCap)
 		if err != nil {
 			return nil, err
 		}
-		d := statusDue{Reconciler: name, Due: dc.Due, Capped: dc.Capped, TopPartitions: []statusPartition{}}
+		d := statusDue{Reconciler: r.Name, Due: dc.Due, Capped: dc.Capped, TopPartitions: []statusPartition{}}
 		if !filter.Empty() {
 			outside := dc.OutsideFilter
 			d.OutsideFilter = &outside
 		}
 		if top > 0 && dc.Due > 0 {
-			parts, err := store.TopDuePartitions(ctx, db, name, now, filter, top, statusDueCap)
+			parts, err := r.Due.Top(ctx, db, now, filter, top, statusDueCap)
 			if err != nil {
 				return nil, err
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // statusJSON runs `worker status --format json` and decodes its document.
@@ -91,7 +92,7 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{Partition: 7}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
+	if _, err := client.Insert(ctx, jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: 7}}, &river.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -188,7 +189,7 @@ func riverStates() []string {
 func TestStatusShowsLeaderAndHeartbeats(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry)})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
 	id := f.Client.ID()
 
 	// The heartbeat loop as `worker run` starts it, beating faster.

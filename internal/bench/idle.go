@@ -16,7 +16,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
-	"github.com/flowfabric/ffreconcile/periodic"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // countingTracer counts the statements a pool sends.
@@ -205,25 +205,25 @@ func seedIdleLoops() []seedIdleLoop {
 		}
 	}
 	return []seedIdleLoop{
-		{"lease_expiry", periodic.DefaultIntervals[jobs.ReconcilerLeaseExpiry], perPartition(`
+		{"lease_expiry", workers.LeaseExpiry.Interval, perPartition(`
 			SELECT execution_id, attempt_index FROM ff_attempt
 			 WHERE partition_key = $1 AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $2
 			 ORDER BY lease_expires_at_ms ASC LIMIT $3`)},
-		{"suspension_timeout", periodic.DefaultIntervals[jobs.ReconcilerSuspensionTimeout], perPartition(`
+		{"suspension_timeout", workers.SuspensionTimeout.Interval, perPartition(`
 			SELECT execution_id, timeout_behavior FROM ff_suspension_current
 			 WHERE partition_key = $1 AND timeout_at_ms IS NOT NULL AND timeout_at_ms < $2
 			 ORDER BY timeout_at_ms ASC LIMIT $3`)},
 		// The dispatcher reads 50 groups across all partitions per tick; its
 		// reconciler does the same every 10 s. FlowFabric does not sweep
 		// delayed promotions on Postgres at all.
-		{"cancel_dispatch", periodic.DefaultIntervals[jobs.ReconcilerCancelDispatch], func(ctx context.Context, db *pgxpool.Pool) error {
+		{"cancel_dispatch", workers.CancelDispatch.Interval, func(ctx context.Context, db *pgxpool.Pool) error {
 			rows, err := db.Query(ctx, `SELECT partition_key, flow_id, downstream_eid FROM ff_pending_cancel_groups ORDER BY enqueued_at_ms LIMIT 50`)
 			if err == nil {
 				rows.Close()
 			}
 			return err
 		}},
-		{"cancel_reconcile", periodic.DefaultIntervals[jobs.ReconcilerCancelReconcile], func(ctx context.Context, db *pgxpool.Pool) error {
+		{"cancel_reconcile", workers.CancelReconcile.Interval, func(ctx context.Context, db *pgxpool.Pool) error {
 			rows, err := db.Query(ctx, `SELECT partition_key, flow_id, downstream_eid FROM ff_pending_cancel_groups ORDER BY enqueued_at_ms LIMIT 50`)
 			if err == nil {
 				rows.Close()

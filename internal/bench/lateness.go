@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
-	"github.com/flowfabric/ffreconcile/periodic"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // latenessRun feeds a steady stream of rows becoming due and measures, per
@@ -104,7 +104,7 @@ const feedEvery = 100 * time.Millisecond
 
 // lateness runs one stream, each row inserted lead before its deadline.
 func (e *env) lateness(ctx context.Context, lr latenessRun, lead time.Duration) (LatenessResult, error) {
-	res := LatenessResult{Name: lr.name, Interval: periodic.DefaultIntervals[lr.reconciler], Lead: lead, Rate: e.cfg.LatenessRate}
+	res := LatenessResult{Name: lr.name, Interval: intervalOf(lr.reconciler), Lead: lead, Rate: e.cfg.LatenessRate}
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
@@ -235,4 +235,12 @@ var leaseLateness = latenessRun{
 			  FROM ff_lease_event ev
 			  JOIN ff_exec_core e ON e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id::uuid`))
 	},
+}
+
+// intervalOf is the default tick interval of the reconciler named name.
+func intervalOf(name string) time.Duration {
+	if r, ok := workers.ByName(name); ok {
+		return r.Interval
+	}
+	return 0
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // ---- suspension timeout ----
@@ -106,7 +107,7 @@ var suspensionScenario = scenario{
 
 var suspensionLateness = latenessRun{
 	name:       "suspension timeout",
-	reconciler: jobs.ReconcilerSuspensionTimeout,
+	reconciler: workers.SuspensionTimeout.Name,
 	feed: func(ctx context.Context, e *env, n int, deadlineMs int64) error {
 		return seedSuspensions(ctx, e, n, deadlineMs, false)
 	},
@@ -230,7 +231,7 @@ func delayedRemaining(ctx context.Context, db store.DB) (int, error) {
 
 var promotionLateness = latenessRun{
 	name:       "delayed promotion (sweep)",
-	reconciler: jobs.ReconcilerDelayedPromotion,
+	reconciler: workers.DelayedPromotion.Name,
 	feed: func(ctx context.Context, e *env, n int, deadlineMs int64) error {
 		if err := e.ensurePromotedTrigger(ctx); err != nil {
 			return err
@@ -246,7 +247,7 @@ var promotionLateness = latenessRun{
 // scheduled at its delay-until, with the sweep disabled.
 var adhocLateness = latenessRun{
 	name:       "ad-hoc promotion at delay-until (no sweep)",
-	reconciler: jobs.ReconcilerDelayedPromotion,
+	reconciler: workers.DelayedPromotion.Name,
 	oneLead:    true,
 	configure: func(c *fleet.Config) {
 		c.Reconcilers = map[string]time.Duration{}

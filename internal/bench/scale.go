@@ -12,6 +12,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // ScaleResult shows that finding due partitions does not grow with not-due
@@ -105,7 +106,7 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
-	rate, stats, _, err := e.runOurs(ctx, jobs.ReconcilerLeaseExpiry, e.cfg.Backlog, func(ctx context.Context) (int, error) {
+	rate, stats, _, err := e.runOurs(ctx, workers.LeaseExpiry.Name, e.cfg.Backlog, func(ctx context.Context) (int, error) {
 		return leaseScenario.remaining(ctx, e.pool)
 	})
 	if err != nil {
@@ -155,7 +156,7 @@ func (e *env) medianTicks(ctx context.Context, urls ...string) (queries, fanOuts
 		for _, i := range order {
 			f := fleets[i]
 			start := time.Now()
-			parts, err := store.DueLeasePartitions(ctx, f.TickPool, store.NoLowerBound, store.NowMs(), jobs.PartitionCount, store.Filter{})
+			parts, err := store.ExpiredLeases.Partitions(ctx, f.TickPool, store.NoLowerBound, store.NowMs(), jobs.PartitionCount, store.Filter{})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -164,7 +165,7 @@ func (e *env) medianTicks(ctx context.Context, urls ...string) (queries, fanOuts
 				return nil, nil, fmt.Errorf("tick found %d due partitions; want %d", len(parts), jobs.PartitionCount)
 			}
 			start = time.Now()
-			if err := f.Workers.Tick(ctx, f.Client, jobs.ReconcilerLeaseExpiry); err != nil {
+			if err := f.Workers.Tick(ctx, f.Client, workers.LeaseExpiry); err != nil {
 				return nil, nil, err
 			}
 			tickSamples[i] = append(tickSamples[i], time.Since(start))

@@ -9,14 +9,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
-	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // tablesOf lists the FlowFabric tables each reconciler's statements touch.
 var tablesOf = map[string][]string{
-	jobs.ReconcilerLeaseExpiry:       {"ff_attempt", "ff_exec_core", "ff_lease_event"},
-	jobs.ReconcilerSuspensionTimeout: {"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
-	jobs.ReconcilerDelayedPromotion:  {"ff_exec_core"},
+	workers.LeaseExpiry.Name:       {"ff_attempt", "ff_exec_core", "ff_lease_event"},
+	workers.SuspensionTimeout.Name: {"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
+	workers.DelayedPromotion.Name:  {"ff_exec_core"},
 }
 
 // warm has n connections of pool plan a statement over every partition of

@@ -8,6 +8,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestWarm: warm leaves n distinct connections with the cache entry of every
@@ -40,7 +41,7 @@ func TestWarm(t *testing.T) {
 		t.Fatalf("ff_exec_core's partitions have %d indexes in all, want at least one each", want)
 	}
 
-	if err := warm(ctx, pool, 3, jobs.ReconcilerDelayedPromotion); err != nil {
+	if err := warm(ctx, pool, 3, workers.DelayedPromotion.Name); err != nil {
 		t.Fatalf("warm: %v", err)
 	}
 	// Held at once: four distinct connections, the three warmed first.

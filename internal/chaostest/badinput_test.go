@@ -19,8 +19,8 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
-	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // check reports whether a row reached its final state, and what it looks
@@ -291,7 +291,7 @@ func TestBadInput(t *testing.T) {
 
 	warnings := &warnLog{}
 	logger := slog.New(&warnHandler{log: warnings, next: fleettest.Logger(t).Handler()})
-	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.Reconcilers...), Logger: logger})
+	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.All()...), Logger: logger})
 
 	// Wait for every row, good and bad, then judge each case.
 	deadline := time.Now().Add(45 * time.Second)
@@ -701,7 +701,7 @@ func TestBadConfiguration(t *testing.T) {
 		{"NegativeInterval", nil, []string{"--database-url", withPassword(noFF.URL, ""), "--cancel-reconcile-interval", "-2s"},
 			2, "--cancel-reconcile-interval must be positive"},
 		{"PartitionCountZero", []string{"FF_PARTITION_COUNT=0"}, []string{"--database-url", withPassword(noFF.URL, "")},
-			2, "partition count 0 is out of range 1..256"},
+			2, "--partition-count must be at least 1, got 0"},
 		{"InstanceTagWithoutEqualsFromEnv", []string{"FF_INSTANCE_TAG=cairn.instance_id", "DATABASE_URL=" + withPassword(noFF.URL, "")}, nil,
 			2, "want KEY=VALUE"},
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // chaosPlan is when each fault strikes, counted from the start of the feed.
@@ -754,17 +755,17 @@ func runningJobs(ctx context.Context, pool *pgxpool.Pool) ([]runningJob, error) 
 func drained(ctx context.Context, pool *pgxpool.Pool, stranded func(runningJob) bool) (string, bool, error) {
 	var parts []string
 	nowMs := store.NowMs()
-	for _, name := range []string{"lease_expiry", "suspension_timeout", "delayed_promotion", "cancel_dispatch"} {
+	for _, r := range []*workers.Reconciler{workers.LeaseExpiry, workers.SuspensionTimeout, workers.DelayedPromotion, workers.CancelDispatch} {
 		var c store.DueCount
 		err := retryShortOfLocks(ctx, func() (err error) {
-			c, err = store.CountDue(ctx, pool, name, nowMs, store.Filter{}, 1000)
+			c, err = r.Due.Count(ctx, pool, nowMs, store.Filter{}, 1000)
 			return err
 		})
 		if err != nil {
 			return "", false, err
 		}
 		if c.Due > 0 {
-			parts = append(parts, fmt.Sprintf("%s: %d due", name, c.Due))
+			parts = append(parts, fmt.Sprintf("%s: %d due", r.Name, c.Due))
 		}
 	}
 	rows, err := pool.Query(ctx, `

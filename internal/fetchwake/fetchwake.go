@@ -46,14 +46,15 @@ const DefaultGranularity = 20 * time.Millisecond
 // Config configures a Waker.
 type Config struct {
 	// DB sends the notifications (any pool; River's own is a good fit).
+	// Required.
 	DB store.DB
-	// Schema is River's schema ("river"), Queue the queue to wake.
+	// Schema is River's schema, Queue the queue to wake. Required.
 	Schema, Queue string
-	// Granularity: wake times are rounded up to a multiple of it (default
-	// DefaultGranularity). Use the queue's fetch cooldown: River does not
-	// fetch more often than that anyway.
+	// Granularity: wake times are rounded up to a multiple of it. Use the
+	// queue's fetch cooldown: River does not fetch more often than that
+	// anyway. Defaults to DefaultGranularity.
 	Granularity time.Duration
-	// Logger receives failures to notify (default slog.Default()).
+	// Logger receives failures to notify. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 

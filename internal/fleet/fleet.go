@@ -1,15 +1,17 @@
-// Package fleet assembles one worker process of the fleet: its two database
-// pools, the River client with the fleet's queues, workers, hooks and
-// periodic ticks. cmd/worker runs it; tests run several against one database.
+// Package fleet assembles one worker process of the fleet: its three
+// database pools (River's, the work pool and the tick pool), the River
+// client with the fleet's queues, workers, hooks and periodic ticks.
+// cmd/worker runs it; tests run several against one database.
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,91 +33,98 @@ import (
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
-// Config configures one process. Zero values take the defaults below.
+// Config configures one process. Zero values take the defaults below
+// (WithDefaults).
 type Config struct {
+	// DatabaseURL is the server and database, URL or key=value. Defaults to
+	// dbconn.DefaultURL.
 	DatabaseURL string
-	RiverSchema string // default "river"
+	// RiverSchema is the schema of River's tables. Defaults to
+	// jobs.DefaultRiverSchema.
+	RiverSchema string
 
-	// Reconcilers maps each enabled reconciler to its tick interval.
-	// Nil enables all with periodic.DefaultIntervals.
+	// Reconcilers maps each enabled reconciler, by name, to its tick
+	// interval. Defaults to every reconciler at its own default interval.
 	Reconcilers map[string]time.Duration
 
-	Filter         store.Filter
-	BatchSize      int // rows per partition scan, default 1000
-	PartitionCount int // default 256
+	// Filter limits the fleet to one tenant. Defaults to none.
+	Filter store.Filter
+	// BatchSize is the most rows one partition scan enqueues. Defaults to
+	// workers.DefaultBatchSize.
+	BatchSize int
+	// PartitionCount is the number of flow partitions scanned. Defaults to
+	// jobs.PartitionCount.
+	PartitionCount int
 
-	// RowWorkers is the number of row jobs River runs at once (default
-	// 256). Row jobs mostly wait for their row's statement (RowBatch,
-	// RowStatements), so many of them cost little and let each fetch take
-	// a large batch: River fetches at most RowWorkers minus the jobs still
-	// running. The rows queue drains at about RowWorkers divided by how
-	// long a job waits for its statement (its partition's turn, ~25-30 ms
-	// in a backlog): at 128 a backlog left a quarter of this machine's CPU
-	// idle (74 % busy), at 256 it ran at ~90 % and promotions under
-	// synchronous_commit off gained ~16 % (docs/performance.md).
+	// RowWorkers is the number of row jobs River runs at once. Row jobs
+	// mostly wait for their row's statement (RowBatch, RowStatements), so
+	// many of them cost little and let each fetch take a large batch: River
+	// fetches at most RowWorkers minus the jobs still running, and the rows
+	// queue drains at about RowWorkers divided by how long a job waits for
+	// its statement (docs/performance.md). Defaults to DefaultRowWorkers.
 	RowWorkers int
 	// WorkConns is the size of the work pool, the connections row
-	// statements, scans and ticks share (default 24). What bounds the load
-	// row actions put on Postgres is RowStatements, not this.
+	// statements, scans and ticks share. What bounds the load row actions
+	// put on Postgres is RowStatements, not this. Defaults to
+	// DefaultWorkConns.
 	WorkConns int
 	// RowBatch is the most row actions of one partition that share one
-	// statement (default workers.DefaultRowBatch; 1 turns sharing off).
+	// statement (1 turns sharing off). Defaults to workers.DefaultRowBatch.
 	RowBatch int
 	// RowStatements is the most row-action statements of one reconciler in
-	// flight. The default depends on SynchronousCommit: 2
-	// (workers.DefaultRowStatements) when commits wait for the WAL flush, so
-	// one statement runs while the other's commit waits; 1 when they do
-	// not, since a second statement then only splits the rows queued
-	// meanwhile into two smaller batches, each planned and committed
-	// (under off, 1 cost 5-20 % less CPU per row than 2 for each
-	// reconciler; docs/performance.md).
+	// flight. Two when commits wait for the WAL flush, so one statement
+	// runs while the other's commit waits; one when they do not, since a
+	// second statement then only splits the rows queued meanwhile into two
+	// smaller batches, each planned and committed (docs/performance.md).
+	// Defaults to workers.DefaultRowStatements, or 1 when SynchronousCommit
+	// is "off".
 	RowStatements int
-	// Lookahead: the deadline reconcilers (lease expiry, suspension timeout,
-	// delayed promotion) enqueue rows falling due before their next tick
-	// plus this margin at once, as row jobs that start at the row's
-	// deadline (default 500 ms, about how long a tick's burst of partition
-	// scans takes on 2 cores at 500 due rows/s, so a row due just after the
-	// next tick is still found by it; negative: only rows already due). A
-	// reconciler's whole window, its tick interval plus this, is capped at
-	// jobs.RiverSchedulerInterval. See workers.Config.Lookahead.
+	// Lookahead: the reconcilers that look ahead enqueue rows falling due
+	// before their next tick plus this margin at once, as row jobs that
+	// start at the row's deadline; about how long a tick's burst of
+	// partition scans takes, so a row due just after the next tick is still
+	// found by it. Negative: only rows already due. A reconciler's whole
+	// window, its tick interval plus this, is capped at
+	// jobs.RiverSchedulerInterval. See workers.Config.Lookahead. Defaults
+	// to DefaultLookahead.
 	Lookahead time.Duration
-	// SynchronousCommit is the work pool's synchronous_commit (default
-	// "on"). "off" lets row actions commit without waiting for the WAL
-	// flush; see docs/design.md for what a server crash can then cost.
+	// SynchronousCommit is the work pool's synchronous_commit. "off" lets
+	// row actions commit without waiting for the WAL flush; see
+	// docs/design.md for what a server crash can then cost. Defaults to
+	// "on".
 	SynchronousCommit string
 	// RiverSynchronousCommit is the synchronous_commit of River's own pool
-	// (fetches, completions, leadership, periodic inserts; default "off").
-	// A job state lost in a Postgres crash only means a job runs again, and
-	// every action re-checks its row, so River's bookkeeping need not wait
-	// for the WAL flush; waiting made it compete with the outboxes'
-	// serialised notifying commits.
+	// (fetches, completions, leadership, periodic inserts). A job state
+	// lost in a Postgres crash only means a job runs again, and every
+	// action re-checks its row, so River's bookkeeping need not wait for
+	// the WAL flush; waiting made it compete with the outboxes' serialised
+	// notifying commits. Defaults to "off".
 	RiverSynchronousCommit string
-	// RowFetchCooldown is the least time between two fetches of row jobs
-	// (default 20 ms). River's default of 100 ms caps a process at
-	// RowWorkers/100ms jobs per second; much shorter makes many small
-	// fetches, each an index scan of river_job (2 ms measured 7 jobs per
-	// fetch, 20 ms 50, and 2,900 rows/s instead of 1,600).
+	// RowFetchCooldown is the least time between two fetches of row jobs.
+	// River's default of 100 ms caps a process at RowWorkers per 100 ms;
+	// much shorter makes many small fetches, each an index scan of
+	// river_job (docs/performance.md). Defaults to DefaultRowFetchCooldown.
 	RowFetchCooldown time.Duration
 	// FetchPollInterval is how often idle queues poll for jobs that no
-	// notification announced, chiefly scheduled ad-hoc promotions
-	// (default 1 s).
+	// notification announced. Defaults to DefaultFetchPollInterval.
 	FetchPollInterval time.Duration
 	// CompletedJobRetention is how long completed jobs stay visible in
-	// River UI (default 10 min): row jobs are numerous, and River's 24 h
-	// default would grow river_job by every row ever reconciled.
+	// River UI: row jobs are numerous, and River's 24 h default would grow
+	// river_job by every row ever reconciled. Defaults to
+	// DefaultCompletedJobRetention.
 	CompletedJobRetention time.Duration
 	// RescueStuckJobsAfter: a job left running by a killed process is
-	// retried after this (default 25 s, above the longest job timeout;
-	// River's rescuer runs every 30 s, so such a row is acted on within a
-	// minute instead of River's default hour).
+	// retried after this, above the longest job timeout; River's rescuer
+	// runs every 30 s, so such a row is acted on within a minute instead of
+	// River's default hour. Defaults to DefaultRescueStuckJobsAfter.
 	RescueStuckJobsAfter time.Duration
 
-	// ClientID names this process in River (leader, heartbeats); empty
-	// lets River derive one from the host name.
+	// ClientID names this process in River (leader, heartbeats). Defaults
+	// to one River derives from the host name.
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
-	// QueryTracer, when set, sees every statement of both pools (the
+	// QueryTracer, when set, sees every statement of the pools (the
 	// benchmark counts statements with it). It replaces the OpenTelemetry
 	// SQL tracer.
 	QueryTracer pgx.QueryTracer
@@ -126,13 +135,12 @@ type Config struct {
 	// each row job then stores nothing in its metadata.
 	DisableJobLogs bool
 
+	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Defaults.
+// Defaults of Config.
 const (
-	DefaultRiverSchema           = "river"
-	DefaultBatchSize             = 1000
 	DefaultRowWorkers            = 256
 	DefaultWorkConns             = 24
 	DefaultRowFetchCooldown      = 20 * time.Millisecond
@@ -159,82 +167,64 @@ type Fleet struct {
 	stopWaker func() // stops the waker's goroutine and waits for it
 }
 
-func (c *Config) setDefaults() {
-	if c.DatabaseURL == "" {
-		c.DatabaseURL = dbconn.DefaultURL
-	}
-	if c.RiverSchema == "" {
-		c.RiverSchema = DefaultRiverSchema
-	}
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	c.DatabaseURL = cmp.Or(c.DatabaseURL, dbconn.DefaultURL)
+	c.RiverSchema = cmp.Or(c.RiverSchema, jobs.DefaultRiverSchema)
 	if c.Reconcilers == nil {
 		c.Reconcilers = map[string]time.Duration{}
-		for _, name := range workers.Implemented() {
-			c.Reconcilers[name] = periodic.DefaultIntervals[name]
+		for _, r := range workers.All() {
+			c.Reconcilers[r.Name] = r.Interval
 		}
 	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.PartitionCount == 0 {
-		c.PartitionCount = jobs.PartitionCount
-	}
-	if c.RowWorkers == 0 {
-		c.RowWorkers = DefaultRowWorkers
-	}
-	if c.SynchronousCommit == "" {
-		c.SynchronousCommit = "on"
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, workers.DefaultBatchSize)
+	c.PartitionCount = cmp.Or(c.PartitionCount, jobs.PartitionCount)
+	c.RowWorkers = cmp.Or(c.RowWorkers, DefaultRowWorkers)
+	c.SynchronousCommit = cmp.Or(c.SynchronousCommit, "on")
+	c.RowBatch = cmp.Or(c.RowBatch, workers.DefaultRowBatch)
 	if c.RowStatements == 0 {
 		c.RowStatements = workers.DefaultRowStatements
 		if c.SynchronousCommit == "off" {
 			c.RowStatements = 1
 		}
 	}
-	if c.RiverSynchronousCommit == "" {
-		c.RiverSynchronousCommit = "off"
-	}
-	if c.WorkConns == 0 {
-		c.WorkConns = DefaultWorkConns
-	}
-	if c.RowFetchCooldown == 0 {
-		c.RowFetchCooldown = DefaultRowFetchCooldown
-	}
-	if c.FetchPollInterval == 0 {
-		c.FetchPollInterval = DefaultFetchPollInterval
-	}
-	if c.CompletedJobRetention == 0 {
-		c.CompletedJobRetention = DefaultCompletedJobRetention
-	}
-	if c.RescueStuckJobsAfter == 0 {
-		c.RescueStuckJobsAfter = DefaultRescueStuckJobsAfter
-	}
-	if c.Lookahead == 0 {
-		c.Lookahead = DefaultLookahead
-	}
+	c.RiverSynchronousCommit = cmp.Or(c.RiverSynchronousCommit, "off")
+	c.WorkConns = cmp.Or(c.WorkConns, DefaultWorkConns)
+	c.RowFetchCooldown = cmp.Or(c.RowFetchCooldown, DefaultRowFetchCooldown)
+	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, DefaultFetchPollInterval)
+	c.CompletedJobRetention = cmp.Or(c.CompletedJobRetention, DefaultCompletedJobRetention)
+	c.RescueStuckJobsAfter = cmp.Or(c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
+	c.Lookahead = cmp.Or(c.Lookahead, DefaultLookahead)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
 }
 
-// Validate reports the first unusable setting, in words a user can act on.
-func (c *Config) Validate() error {
+// Validate reports the first unusable setting of c with its defaults, in
+// words a user can act on; New does the same. cmd/worker calls it to refuse
+// bad flags before it connects.
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
+// validate checks a config whose defaults are applied.
+func (c Config) validate() error {
 	if err := migrations.ValidateSchemaName(c.RiverSchema); err != nil {
 		return err
 	}
-	if c.BatchSize < 1 || c.BatchSize > 10000 {
-		return fmt.Errorf("batch size %d is out of range 1..10000", c.BatchSize)
-	}
-	if c.PartitionCount < 1 || c.PartitionCount > jobs.PartitionCount {
-		return fmt.Errorf("partition count %d is out of range 1..%d", c.PartitionCount, jobs.PartitionCount)
-	}
-	if c.RowBatch < 0 || c.RowBatch > 1000 {
-		return fmt.Errorf("row batch %d is out of range 1..1000", c.RowBatch)
-	}
-	if c.RowStatements < 0 || c.RowStatements > 1000 {
-		return fmt.Errorf("row statements %d is out of range 1..1000", c.RowStatements)
-	}
-	if c.RowWorkers < 1 || c.RowWorkers > 10000 {
-		return fmt.Errorf("row workers %d is out of range 1..10000", c.RowWorkers)
+	for _, r := range []struct {
+		what      string
+		v, lo, hi int
+	}{
+		{"batch size", c.BatchSize, 1, 10000},
+		{"partition count", c.PartitionCount, 1, jobs.PartitionCount},
+		{"row batch", c.RowBatch, 1, 1000},
+		{"row statements", c.RowStatements, 1, 1000},
+		{"row workers", c.RowWorkers, 1, 10000},
+		{"work connections", c.WorkConns, 2, 1000},
+	} {
+		if r.v < r.lo || r.v > r.hi {
+			return fmt.Errorf("%s %d is out of range %d..%d", r.what, r.v, r.lo, r.hi)
+		}
 	}
 	for _, v := range []string{c.SynchronousCommit, c.RiverSynchronousCommit} {
 		switch v {
@@ -242,9 +232,6 @@ func (c *Config) Validate() error {
 		default:
 			return fmt.Errorf("synchronous commit %q: want on, off, local, remote_write or remote_apply", v)
 		}
-	}
-	if c.WorkConns < 2 || c.WorkConns > 1000 {
-		return fmt.Errorf("work connections %d is out of range 2..1000", c.WorkConns)
 	}
 	if c.RowFetchCooldown < river.FetchCooldownMin {
 		return fmt.Errorf("row fetch cooldown %s is below River's minimum %s", c.RowFetchCooldown, river.FetchCooldownMin)
@@ -264,23 +251,37 @@ func (c *Config) Validate() error {
 	if c.Filter.TagKey == "" && c.Filter.TagValue != "" {
 		return errors.New("instance tag value given without a key")
 	}
-	for name := range c.Reconcilers {
-		if !slices.Contains(workers.Implemented(), name) {
-			return fmt.Errorf("reconciler %q has no workers in this build (available: %v)", name, workers.Implemented())
+	for name, interval := range c.Reconcilers {
+		if _, ok := workers.ByName(name); !ok {
+			return fmt.Errorf("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+		}
+		if interval < periodic.MinInterval {
+			return fmt.Errorf("%s interval %s is too short (minimum %s)", name, interval, periodic.MinInterval)
 		}
 	}
-	_, err := periodic.Jobs(c.Reconcilers)
-	return err
+	return nil
+}
+
+// ticks returns the periodic ticks of the enabled reconcilers, in the
+// registry's order.
+func (c Config) ticks() []periodic.Tick {
+	var out []periodic.Tick
+	for _, r := range workers.All() {
+		if interval, ok := c.Reconcilers[r.Name]; ok {
+			out = append(out, periodic.Tick{Args: r.TickArgs(), Interval: interval})
+		}
+	}
+	return out
 }
 
 // New opens the pools, checks the ff_* schema and builds the River client.
 // It does not start it.
 func New(ctx context.Context, cfg Config) (*Fleet, error) {
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	periodicJobs, err := periodic.Jobs(cfg.Reconcilers)
+	periodicJobs, err := periodic.Jobs(cfg.ticks())
 	if err != nil {
 		return nil, err
 	}
@@ -296,9 +297,9 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			"synchronous_commit": cfg.RiverSynchronousCommit,
 			// A generic plan of River's fetch, cached while river_job was
 			// small, seq-scans and sorts the whole table at every fetch once
-			// a burst has grown it (measured: 10 ms instead of 0.9 ms per
-			// fetch, throughput a third) until autovacuum's next ANALYZE.
-			// A custom plan sees the table's current size and costs ~0.2 ms.
+			// a burst has grown it, until autovacuum's next ANALYZE. A
+			// custom plan sees the table's current size
+			// (docs/performance.md).
 			"plan_cache_mode": "force_custom_plan",
 		}})
 	if err != nil {
@@ -312,21 +313,19 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// pgx prepares every statement, and after five runs Postgres
 			// may switch it to a generic plan. On Postgres 15 a generic plan
 			// over a partitioned table locks all 256 children and their
-			// indexes at every execution: 32 concurrent row actions then
-			// exhaust the lock table ("out of shared memory"). Custom plans
-			// prune at plan time to the one child a row lives in.
+			// indexes at every execution: a few dozen concurrent row actions
+			// then exhaust the lock table ("out of shared memory"). Custom
+			// plans prune at plan time to the one child a row lives in.
 			"plan_cache_mode":    "force_custom_plan",
 			"synchronous_commit": cfg.SynchronousCommit,
 			// Every statement on this pool reaches its rows through an
 			// index: a batch's keys, or a deadline range. In a partition of
 			// a few hundred rows Postgres's cost model prefers reading the
 			// whole partition to a batch's key probes, which makes a row
-			// statement cost O(partition) instead of O(batch): in the
-			// benchmark (~860 rows per partition) most promotion and
-			// suspension statements read every row of their partition, of
-			// two tables for a suspension. Off only prices sequential
-			// scans out where an index path exists (docs/performance.md,
-			// "Tick plans, and row statements that read whole partitions").
+			// statement cost O(partition) instead of O(batch). Off only
+			// prices sequential scans out where an index path exists
+			// (docs/performance.md, "Tick plans, and row statements that
+			// read whole partitions").
 			"enable_seqscan": "off",
 		},
 	})
@@ -472,17 +471,17 @@ func checkLockTable(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger
 	}
 }
 
-// lookaheads is each deadline reconciler's window for workers.Config:
-// its tick interval plus margin, at most jobs.RiverSchedulerInterval; none
-// when margin is negative.
+// lookaheads is the window of each enabled reconciler that looks ahead, for
+// workers.Config: its tick interval plus margin, at most
+// jobs.RiverSchedulerInterval; none when margin is negative.
 func lookaheads(intervals map[string]time.Duration, margin time.Duration) map[string]time.Duration {
 	out := map[string]time.Duration{}
 	if margin < 0 {
 		return out
 	}
-	for _, name := range []string{workers.LeaseExpiry, workers.SuspensionTimeout, workers.DelayedPromotion} {
-		if interval, ok := intervals[name]; ok {
-			out[name] = min(interval+margin, jobs.RiverSchedulerInterval)
+	for _, r := range workers.All() {
+		if interval, ok := intervals[r.Name]; ok && r.Lookahead {
+			out[r.Name] = min(interval+margin, jobs.RiverSchedulerInterval)
 		}
 	}
 	return out

@@ -29,8 +29,7 @@ func TestRowStatementsDefault(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := Config{SynchronousCommit: tt.synchronousCommit, RowStatements: tt.rowStatements}
-			cfg.setDefaults()
+			cfg := Config{SynchronousCommit: tt.synchronousCommit, RowStatements: tt.rowStatements}.WithDefaults()
 			if cfg.RowStatements != tt.want {
 				t.Errorf("RowStatements = %d, want %d", cfg.RowStatements, tt.want)
 			}

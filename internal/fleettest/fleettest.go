@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // Start builds and starts a fleet process on db with cfg (DatabaseURL and
@@ -83,10 +84,10 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 
 // Fast is a tick configuration for tests: the shortest interval River
 // allows (1 s) for the given reconcilers.
-func Fast(reconcilers ...string) map[string]time.Duration {
+func Fast(reconcilers ...*workers.Reconciler) map[string]time.Duration {
 	m := make(map[string]time.Duration, len(reconcilers))
 	for _, r := range reconcilers {
-		m[r] = time.Second
+		m[r.Name] = time.Second
 	}
 	return m
 }

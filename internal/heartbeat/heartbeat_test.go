@@ -1,14 +1,20 @@
 package heartbeat_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -84,13 +90,59 @@ func TestRunRejectsBadArguments(t *testing.T) {
 	}
 }
 
+// TestRunSurvivesAMissingTable: beats against a database whose heartbeat
+// table is missing fail, are logged once (not at every beat) and retried;
+// once the table exists the next beat records the process and says it
+// recovered, and a stop deletes the row. A regression that gave up after a
+// failed beat, or logged every one, fails here.
 func TestRunSurvivesAMissingTable(t *testing.T) {
 	t.Parallel()
 	db := testdb.NewEmpty(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Failed beats are logged and retried; Run still ends cleanly.
-	if err := heartbeat.Run(ctx, db.Pool, "river", "c", 50*time.Millisecond, fleettest.Logger(t)); err != nil {
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	done := make(chan error, 1)
+	go func() { done <- heartbeat.Run(ctx, db.Pool, "river", "c", 20*time.Millisecond, logger) }()
+
+	// Several beats fail meanwhile.
+	time.Sleep(200 * time.Millisecond)
+	if n := strings.Count(logs.String(), "worker heartbeat failed"); n != 1 {
+		t.Fatalf("%d warnings for ~10 failed beats; want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "does not exist") {
+		t.Fatalf("the warning does not say what is missing:\n%s", logs.String())
+	}
+	if err := migrations.ApplyWorkerTable(context.Background(), db.Pool, "river"); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 5*time.Second, "a beat after the table appeared", func() (bool, string) {
+		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker WHERE client_id = 'c'`)
+		return n == 1 && strings.Contains(logs.String(), "worker heartbeat recovered"), logs.String()
+	})
+	cancel()
+	if err := <-done; err != nil {
 		t.Fatalf("Run = %v; want nil", err)
 	}
+	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker`); n != 0 {
+		t.Fatalf("%d heartbeat rows after the stop; want 0", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

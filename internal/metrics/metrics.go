@@ -7,7 +7,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,7 +18,6 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -28,12 +26,17 @@ const namespace = "ffreconcile"
 
 // Config is what the metrics read.
 type Config struct {
-	Stats       *workers.Stats
-	Pool        *pgxpool.Pool // for the due-rows gauge and River job counts
+	// Stats are the counters exported. Required.
+	Stats *workers.Stats
+	// Pool reads the due-rows gauge and River's job counts. Required.
+	Pool *pgxpool.Pool
+	// RiverSchema is the schema of River's tables. Required.
 	RiverSchema string
-	Filter      store.Filter
-	Logger      *slog.Logger
-	// DueCap bounds each due-rows count (default 100000).
+	// Filter is the fleet's tenant filter. Defaults to none.
+	Filter store.Filter
+	// Logger receives failed reads. Defaults to slog.Default().
+	Logger *slog.Logger
+	// DueCap bounds each due-rows count. Defaults to 100,000.
 	DueCap int
 }
 
@@ -93,33 +96,22 @@ func (m *Metrics) Lateness(reconciler string, d time.Duration) {
 	m.lateness.WithLabelValues(reconciler).Observe(d.Seconds())
 }
 
-// Middleware times every job of this fleet's kinds (ff.<reconciler>.<step>).
+// Middleware times every job of the reconcilers' kinds.
 func (m *Metrics) Middleware() rivertype.WorkerMiddleware {
 	return river.WorkerMiddlewareFunc(func(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 		start := time.Now()
 		err := doInner(ctx)
-		reconciler, step, ok := splitKind(job.Kind)
+		r, step, ok := workers.ByKind(job.Kind)
 		if !ok {
 			return err
 		}
 		d := time.Since(start).Seconds()
-		if step == "tick" {
-			m.tickDuration.WithLabelValues(reconciler).Observe(d)
-		} else if step != "scan" {
-			step = "row"
+		if step == workers.StepTick {
+			m.tickDuration.WithLabelValues(r.Name).Observe(d)
 		}
-		m.jobDuration.WithLabelValues(reconciler, step).Observe(d)
+		m.jobDuration.WithLabelValues(r.Name, string(step)).Observe(d)
 		return err
 	})
-}
-
-func splitKind(kind string) (reconciler, step string, ok bool) {
-	rest, ok := strings.CutPrefix(kind, "ff.")
-	if !ok {
-		return "", "", false
-	}
-	reconciler, step, ok = strings.Cut(rest, ".")
-	return reconciler, step, ok
 }
 
 // statsCollector turns workers.Stats into counters at scrape time.
@@ -165,7 +157,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.stats.Snapshot()
-	for _, name := range jobs.Reconcilers {
+	for _, name := range workers.Names() {
 		s := snap[name] // zero when the reconciler has not run yet
 		for i, d := range statDescs {
 			ch <- prometheus.MustNewConstMetric(descs[i], prometheus.CounterValue, float64(d.get(s)), name)
@@ -227,16 +219,16 @@ func (c *dbCollector) read() []prometheus.Metric {
 	var out []prometheus.Metric
 	up := 1.0
 	now := store.NowMs()
-	for _, name := range jobs.Reconcilers {
-		dc, err := store.CountDue(ctx, c.cfg.Pool, name, now, c.cfg.Filter, c.cfg.DueCap)
+	for _, r := range workers.All() {
+		dc, err := r.Due.Count(ctx, c.cfg.Pool, now, c.cfg.Filter, c.cfg.DueCap)
 		if err != nil {
-			c.cfg.Logger.Warn("metrics: count due rows", "reconciler", name, "error", err)
+			c.cfg.Logger.Warn("metrics: count due rows", "reconciler", r.Name, "error", err)
 			up = 0
 			continue
 		}
-		out = append(out, prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(dc.Due), name))
+		out = append(out, prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(dc.Due), r.Name))
 		if !c.cfg.Filter.Empty() {
-			out = append(out, prometheus.MustNewConstMetric(c.outside, prometheus.GaugeValue, float64(dc.OutsideFilter), name))
+			out = append(out, prometheus.MustNewConstMetric(c.outside, prometheus.GaugeValue, float64(dc.OutsideFilter), r.Name))
 		}
 	}
 	rows, err := c.cfg.Pool.Query(ctx, `SELECT kind, state::text, count(*) FROM `+

@@ -65,7 +65,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		t.Fatalf("database_up = %v", v)
 	}
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry)})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
 	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
 		left := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return left == 0, fleettest.Statusf("%d left", left)

@@ -25,11 +25,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
 
 // RiverSchema is the schema River's tables live in inside test databases.
-const RiverSchema = "river"
+const RiverSchema = jobs.DefaultRiverSchema
 
 // AdminURL is the URL of the server's maintenance database used to create
 // and drop test databases.
@@ -137,7 +138,7 @@ func dropDatabase(name string) {
 // is serialised with an advisory lock and published by a rename only when
 // complete.
 func ensureTemplate(ctx context.Context) (string, error) {
-	name := "ffr_tmpl_" + migrations.Fingerprint() + "_w" + migrations.WorkerTableFingerprint()
+	name := "ffr_tmpl_" + migrations.Fingerprint()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		return "", fmt.Errorf("connect to %s: %w", redactedAdmin(), err)

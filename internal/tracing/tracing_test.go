@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestJobAndSQLSpans: with tracing on, a release job produces a River span
@@ -26,7 +27,7 @@ func TestJobAndSQLSpans(t *testing.T) {
 	db := testdb.New(t)
 	id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 5})
 	fftest.InsertAttempt(t, db.Pool, 5, id, 0, fftest.Ms(store.NowMs()-1000))
-	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerLeaseExpiry), Tracing: true})
+	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry), Tracing: true})
 	fleettest.WaitFor(t, 20*time.Second, "lease released", func() (bool, string) {
 		return fftest.ReadAttempt(t, db.Pool, 5, id, 0).LeaseExpiresAtMs == nil, "leased"
 	})

@@ -3,13 +3,9 @@ package store_test
 import (
 	"context"
 	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -128,20 +124,6 @@ func TestPromoteDelayed(t *testing.T) {
 	})
 }
 
-// jsonEqual compares two decoded JSON values.
-func jsonEqual(a, b any) bool {
-	switch av := a.(type) {
-	case map[string]any:
-		bv, ok := b.(map[string]any)
-		return ok && maps.EqualFunc(av, bv, jsonEqual)
-	case []any:
-		bv, ok := b.([]any)
-		return ok && slices.EqualFunc(av, bv, jsonEqual)
-	default:
-		return a == b
-	}
-}
-
 // TestPromoteRechecksUnderLock: a transaction that re-delays the execution
 // holds its row when the promotion starts and commits while the promotion
 // waits on the lock; the promotion sees the new delay-until and changes
@@ -200,107 +182,6 @@ func TestPromoteRechecksUnderLock(t *testing.T) {
 	}
 }
 
-func TestScanDuePromotions(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	pool := db.Pool
-	const now = int64(7_000_000)
-
-	ins := func(e fftest.Exec, ns, tag string) string {
-		e.Namespace = ns
-		if tag != "" {
-			e.Tags = map[string]string{"cairn.instance_id": tag}
-		}
-		return fftest.InsertExec(t, pool, e)
-	}
-	// Partition 21: three due rows (oldest first: a, b, c), c's deadline
-	// exactly now; plus rows that must never be returned.
-	a := ins(fftest.Delayed(21, now-300), "a", "i1")
-	b := ins(fftest.Delayed(21, now-200), "b", "")
-	c := ins(fftest.Delayed(21, now), "a", "i2")
-	ins(fftest.Delayed(21, now+1), "a", "i1")                                                                                   // not due
-	ins(fftest.Exec{Partition: 21, EligibilityState: "not_eligible_until_time", DeadlineAtMs: fftest.Ms(now - 500)}, "a", "i1") // active past its execution deadline
-	ins(func() fftest.Exec { e := fftest.Delayed(21, now-400); e.EligibilityState = "eligible_now"; return e }(), "a", "i1")
-	// Partition 22: one due row; partition 23: only a not-due one.
-	ins(fftest.Delayed(22, now-1), "a", "i1")
-	ins(fftest.Delayed(23, now+100), "a", "i1")
-
-	ids := func(ps []store.DuePromotion) []string {
-		var out []string
-		for _, p := range ps {
-			out = append(out, p.ExecutionID)
-		}
-		return out
-	}
-	tests := []struct {
-		name   string
-		filter store.Filter
-		after  *store.After
-		limit  int
-		want   []string
-		parts  []int16
-	}{
-		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, c}, parts: []int16{21, 22}},
-		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{21, 22}},
-		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a}, want: []string{b, c}, parts: []int16{21, 22}},
-		{name: "AfterLast", limit: 10, after: &store.After{AtMs: now, ID: c}, want: nil, parts: []int16{21, 22}},
-		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{21}},
-		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i2"}, limit: 10, want: []string{c}, parts: []int16{21}},
-		{name: "NamespaceAndTag", filter: store.Filter{Namespace: "a", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{21, 22}},
-		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := store.ScanDuePromotions(ctx, pool, 21, now, tt.after, tt.limit, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(ids(got), tt.want) {
-				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
-			}
-			parts, err := store.DuePromotionPartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(parts, tt.parts) {
-				t.Fatalf("partitions = %v; want %v", parts, tt.parts)
-			}
-		})
-	}
-	t.Run("ReportsDeadlines", func(t *testing.T) {
-		got, err := store.ScanDuePromotions(ctx, pool, 21, now, nil, 1, store.Filter{})
-		if err != nil || len(got) != 1 || got[0].DeadlineAtMs != now-300 {
-			t.Fatalf("scan = %+v, %v; want a at %d", got, err, now-300)
-		}
-	})
-}
-
-// explainDB runs every query it is given as EXPLAIN, keeps the plan and
-// returns no rows, so a test can see the plan of a store function's exact SQL
-// with its exact parameters.
-type explainDB struct {
-	store.DB
-	plans []string
-}
-
-func (d *explainDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	rows, err := d.DB.Query(ctx, "EXPLAIN (ANALYZE, BUFFERS OFF, TIMING OFF, SUMMARY OFF) "+sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, err
-	}
-	d.plans = append(d.plans, strings.Join(lines, "\n"))
-	return d.DB.Query(ctx, `SELECT NULL::text, NULL::bigint WHERE false`)
-}
-
-func (d *explainDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return d.DB.Exec(ctx, sql, args...)
-}
-
 // TestPromotionScansUseTheDeadlineIndex: in a partition of 50,000
 // executions whose deadline is still ahead (plus a few past theirs), the
 // scan and the partition probe read the partial deadline index, touching
@@ -329,13 +210,14 @@ func TestPromotionScansUseTheDeadlineIndex(t *testing.T) {
 	}
 
 	ex := &explainDB{DB: pool}
-	if _, err := store.ScanDuePromotions(ctx, ex, p, now, nil, 1000, store.Filter{}); err != nil {
+	due := store.DelayedExecutions
+	if _, err := due.Scan(ctx, ex, p, now, nil, 1000, store.Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.ScanDuePromotions(ctx, ex, p, now, &store.After{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x"}); err != nil {
+	if _, err := due.Scan(ctx, ex, p, now, &store.DueRow{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.DuePromotionPartitions(ctx, ex, store.NoLowerBound, now, 256, store.Filter{}); err != nil {
+	if _, err := due.Partitions(ctx, ex, store.NoLowerBound, now, 256, store.Filter{}); err != nil {
 		t.Fatal(err)
 	}
 	var child string

@@ -2,94 +2,21 @@ package store
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// DueSuspensionPartitions returns the partitions (0..partitionCount-1)
-// holding at least one suspension whose timeout lapses at or after fromMs
-// (NoLowerBound: any) and before horizonMs, and whose execution passes f; a
-// tick passes now plus its lookahead. Index: ff_suspension_current
-// (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL, one probe
-// per partition.
-func DueSuspensionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	probe, args := suspensionProbe([]any{partitionCount, horizonMs, fromMs}, f)
-	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
-	if err != nil {
-		return nil, fmt.Errorf("find partitions with timed-out suspensions: %w", err)
-	}
-	return parts, nil
-}
-
-// CountDueSuspensions returns, for each of parts, the number of its
-// suspensions whose timeout lapsed before nowMs and whose execution passes f.
-// Same index as DueSuspensionPartitions; the cost is O(timed-out suspensions
-// of parts).
-func CountDueSuspensions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	return countDue(ctx, db, suspensionProbe, parts, nowMs, f, "timed-out suspensions")
-}
-
-// suspensionProbe is the suspension-timeout probe of partition s.p for
-// timeouts in [$3, $2), with f's conditions appended to args.
-func suspensionProbe(args []any, f Filter) (string, []any) {
-	from, cond := `ff_suspension_current su`, ""
-	if !f.Empty() {
-		cond, args = f.sql(args)
-		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
-	}
-	return `SELECT 1 FROM ` + from + ` WHERE su.partition_key = s.p
-	   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2 AND su.timeout_at_ms >= $3` + cond, args
-}
-
-// ExpiredSuspension is one suspension whose timeout has lapsed.
-type ExpiredSuspension struct {
-	ExecutionID string
-	TimeoutAtMs int64
-}
-
-// ScanExpiredSuspensions returns up to limit suspensions of one partition
-// whose timeout lapsed before nowMs, oldest first (then by execution, so the
-// order is total and a scan can continue after any row), skipping rows whose
-// execution does not pass f (a missing execution never passes a non-empty
-// filter). Index: ff_suspension_current (partition_key, timeout_at_ms) WHERE
-// timeout_at_ms IS NOT NULL; the cost is O(due rows), not O(table).
-//
-// The scan does not read the timeout behaviour: the row action reads it
-// under the row lock, so a behaviour changed since the scan is honoured.
-func ScanExpiredSuspensions(ctx context.Context, db DB, partition int16, nowMs int64, after *After, limit int, f Filter) ([]ExpiredSuspension, error) {
-	args := []any{partition, nowMs, limit}
-	cond := ""
-	if after != nil {
-		args = append(args, after.AtMs, after.ID)
-		cond = ` AND (su.timeout_at_ms, su.execution_id) > ($4, $5::uuid)`
-	}
-	from := `ff_suspension_current su`
-	if !f.Empty() {
-		var fc string
-		fc, args = f.sql(args)
-		cond += fc
-		from += ` JOIN ff_exec_core e ON e.partition_key = su.partition_key AND e.execution_id = su.execution_id`
-	}
-	rows, err := db.Query(ctx, `
-		SELECT su.execution_id::text, su.timeout_at_ms
-		  FROM `+from+`
-		 WHERE su.partition_key = $1
-		   AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $2`+cond+`
-		 ORDER BY su.timeout_at_ms, su.execution_id
-		 LIMIT $3`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("scan timed-out suspensions in partition %d: %w", partition, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredSuspension, error) {
-		var s ExpiredSuspension
-		err := r.Scan(&s.ExecutionID, &s.TimeoutAtMs)
-		return s, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scan timed-out suspensions in partition %d: %w", partition, err)
-	}
-	return out, nil
+// TimedOutSuspensions are suspensions whose timeout has lapsed. A scan does
+// not read the timeout behaviour: the row action reads it under the row
+// lock, so a behaviour changed since the scan is honoured. Index:
+// ff_suspension_current_timeout_idx (partition_key, timeout_at_ms) WHERE
+// timeout_at_ms IS NOT NULL.
+var TimedOutSuspensions = &Due{
+	What:   "timed-out suspensions",
+	From:   "ff_suspension_current r",
+	Exec:   execJoin,
+	Tenant: true,
+	At:     "r.timeout_at_ms",
+	ID:     Key{"r.execution_id", "uuid"},
+	Index:  "ff_suspension_current_timeout_idx",
 }
 
 // Timeout behaviours, as stored in ff_suspension_current.timeout_behavior.
@@ -263,11 +190,7 @@ SELECT sus.execution_id IS NOT NULL,
 // comes back in the same round trip, and the package's other row actions
 // have the same shape.
 func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (SuspensionExpireResult, error) {
-	res, err := ExpireSuspensions(ctx, db, partition, []string{executionID}, nowMs)
-	if err != nil {
-		return SuspensionExpireResult{}, err
-	}
-	return res[0], nil
+	return one(ExpireSuspensions(ctx, db, partition, []string{executionID}, nowMs))
 }
 
 // ExpireSuspensions is ExpireSuspension for several suspensions of one
@@ -294,11 +217,6 @@ func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs
 			res.UnknownBehavior = res.Applied && behavior != nil && *behavior != res.Action
 			return res
 		},
-		what: func(round []int) string {
-			if len(round) == 1 {
-				return fmt.Sprintf("expire suspension %d/%s", partition, executionIDs[round[0]])
-			}
-			return fmt.Sprintf("expire %d suspensions of partition %d", len(round), partition)
-		},
+		what: "expire suspension", partition: partition,
 	}.run(ctx, db, executionIDs)
 }

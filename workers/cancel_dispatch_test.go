@@ -2,6 +2,7 @@ package workers_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // group is an edge group with a pending row and its siblings.
@@ -99,7 +101,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerCancelDispatch)})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelDispatch)})
 	dispatchJobs := func(state string) int {
 		return fftest.Count(t, pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND args->>'flow_id' = $2
 			AND ($3 = '' OR state::text = $3)`, jobs.KindCancelDispatch, g.flow, state)
@@ -114,7 +116,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 	if n := g.cancelledByDispatch(t, pool); n != 0 {
 		t.Fatalf("%d siblings cancelled while the group was locked", n)
 	}
-	st := f.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot()
+	st := f.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot()
 	if st.NoOps < 1 || st.Applied != 0 || st.Errors != 0 {
 		t.Fatalf("stats = %+v; want a no-op, nothing applied, no errors", st)
 	}
@@ -137,7 +139,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 	if n := dispatchJobs(""); n <= completedWhileLocked {
 		t.Fatalf("%d dispatch jobs in all, %d completed while locked; want a later job", n, completedWhileLocked)
 	}
-	if st := f.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot(); st.Applied != 1 {
+	if st := f.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot(); st.Applied != 1 {
 		t.Fatalf("applied = %d; want exactly 1", st.Applied)
 	}
 }
@@ -163,12 +165,12 @@ func TestCancelDispatchAndReconcile(t *testing.T) {
 
 	logger, logs := captureLogger(t)
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(jobs.ReconcilerCancelDispatch, jobs.ReconcilerCancelReconcile),
+		Reconcilers: fleettest.Fast(workers.CancelDispatch, workers.CancelReconcile),
 		Logger:      logger,
 	})
 	applied := func() int64 {
-		return f.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Applied.Load() +
-			f.Workers.Stats().For(jobs.ReconcilerCancelReconcile).Applied.Load()
+		return f.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load() +
+			f.Workers.Stats().For(workers.CancelReconcile.Name).Applied.Load()
 	}
 	fleettest.WaitFor(t, 30*time.Second, "every pending row handled", func() (bool, string) {
 		return applied() >= int64(len(flagged)+len(cleared)+1), fleettest.Statusf("%d applied", applied())
@@ -195,8 +197,8 @@ func TestCancelDispatchAndReconcile(t *testing.T) {
 	if l := logs(); !strings.Contains(l, "not-a-uuid") || !strings.Contains(l, flagged[1].flow) {
 		t.Fatalf("no warning naming the group and its bad member; logs:\n%s", l)
 	}
-	d := f.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot()
-	r := f.Workers.Stats().For(jobs.ReconcilerCancelReconcile).Snapshot()
+	d := f.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot()
+	r := f.Workers.Stats().For(workers.CancelReconcile.Name).Snapshot()
 	// The orphan goes to whichever gets there first; flag-clear groups only
 	// to the reconciler; flagged groups only to the dispatcher (the
 	// reconciler leaves groups with a live member).
@@ -217,11 +219,11 @@ func TestCancelReconcileLeavesLiveGroups(t *testing.T) {
 	settled := insertGroup(t, pool, 31, 0, true, true, "")
 	stale := insertGroup(t, pool, 32, 1, false, false, "")
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerCancelReconcile)})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelReconcile)})
 	fleettest.WaitFor(t, 20*time.Second, "settled and stale groups reconciled", func() (bool, string) {
 		return !settled.pending(t, pool) && !stale.pending(t, pool), "pending rows still there"
 	})
-	waitTicks(t, f, jobs.ReconcilerCancelReconcile, 2)
+	waitTicks(t, f, workers.CancelReconcile, 2)
 	if !live.pending(t, pool) {
 		t.Fatal("group with a live member lost its pending row")
 	}
@@ -251,14 +253,14 @@ func TestCancelFilterLimitsTheFleet(t *testing.T) {
 	fftest.InsertPendingCancel(t, pool, 43, orphanFlow, orphanDown, 1)
 
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(jobs.ReconcilerCancelDispatch, jobs.ReconcilerCancelReconcile),
+		Reconcilers: fleettest.Fast(workers.CancelDispatch, workers.CancelReconcile),
 		Filter:      store.Filter{Namespace: "mine"},
 	})
 	fleettest.WaitFor(t, 20*time.Second, "the tenant's groups handled", func() (bool, string) {
 		return !mine.pending(t, pool) && !mineStale.pending(t, pool), "pending rows still there"
 	})
-	waitTicks(t, f, jobs.ReconcilerCancelDispatch, 2)
-	waitTicks(t, f, jobs.ReconcilerCancelReconcile, 1)
+	waitTicks(t, f, workers.CancelDispatch, 2)
+	waitTicks(t, f, workers.CancelReconcile, 1)
 	if n := mine.cancelledByDispatch(t, pool); n != 2 {
 		t.Fatalf("%d of the tenant's siblings cancelled; want 2", n)
 	}
@@ -274,7 +276,10 @@ func TestCancelFilterLimitsTheFleet(t *testing.T) {
 // both reconcilers while groups keep arriving: every group is dispatched
 // exactly once (a second dispatch would find the flag clear and count
 // nothing), every live sibling is cancelled and already-cancelled ones keep
-// their reason and author.
+// their reason and author. The first half of the groups also have two
+// duplicate dispatch jobs each (no unique key), which both processes run at
+// once; the test fails unless both ran row jobs and the duplicates were
+// no-ops.
 func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -285,7 +290,12 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 	for i := range groups / 2 {
 		gs = append(gs, insertGroup(t, pool, parts[i%len(parts)], 3, i%3 == 0, true, ""))
 	}
-	cfg := fleet.Config{Reconcilers: fleettest.Fast(jobs.ReconcilerCancelDispatch, jobs.ReconcilerCancelReconcile), BatchSize: 20}
+	var dups []string
+	for _, g := range gs {
+		dups = append(dups, fmt.Sprintf(`{"partition": %d, "flow_id": %q, "downstream_eid": %q}`, g.p, g.flow, g.down))
+	}
+	duplicateRowJobs(t, db, jobs.KindCancelDispatch, dups, 2)
+	cfg := fleet.Config{Reconcilers: fleettest.Fast(workers.CancelDispatch, workers.CancelReconcile), BatchSize: 20}
 	f1 := fleettest.Start(t, db, cfg)
 	f2 := fleettest.Start(t, db, cfg)
 	for i := groups / 2; i < groups; i++ {
@@ -293,8 +303,8 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 	}
 
 	applied := func() int64 {
-		return f1.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Applied.Load() +
-			f2.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Applied.Load()
+		return f1.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load() +
+			f2.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load()
 	}
 	fleettest.WaitFor(t, 40*time.Second, "every group dispatched", func() (bool, string) {
 		return applied() >= groups, fleettest.Statusf("%d applied", applied())
@@ -313,13 +323,14 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 		AND cancel_siblings_pending_flag`, parts); n != 0 {
 		t.Fatalf("%d groups still flagged", n)
 	}
-	s1 := f1.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot()
-	s2 := f2.Workers.Stats().For(jobs.ReconcilerCancelDispatch).Snapshot()
+	s1 := f1.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot()
+	s2 := f2.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot()
 	if s1.Applied+s2.Applied != groups || s1.Errors+s2.Errors != 0 {
 		t.Fatalf("dispatch applied %d + %d (errors %d + %d); want %d, no errors", s1.Applied, s2.Applied, s1.Errors, s2.Errors, groups)
 	}
-	r1 := f1.Workers.Stats().For(jobs.ReconcilerCancelReconcile).Snapshot()
-	r2 := f2.Workers.Stats().For(jobs.ReconcilerCancelReconcile).Snapshot()
+	requireBothRaced(t, workers.CancelDispatch, f1, f2, len(dups))
+	r1 := f1.Workers.Stats().For(workers.CancelReconcile.Name).Snapshot()
+	r2 := f2.Workers.Stats().For(workers.CancelReconcile.Name).Snapshot()
 	if r1.Applied+r2.Applied != 0 {
 		t.Fatalf("reconciler applied %d + %d; want 0 (every group had live members until dispatched)", r1.Applied, r2.Applied)
 	}

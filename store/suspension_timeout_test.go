@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -258,7 +257,7 @@ func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 			p := int16(50 + i)
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended"})
 			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
-			scanned, err := store.ScanExpiredSuspensions(ctx, pool, p, now, nil, 10, store.Filter{})
+			scanned, err := store.TimedOutSuspensions.Scan(ctx, pool, p, now, nil, 10, store.Filter{})
 			if err != nil || len(scanned) != 1 {
 				t.Fatalf("scan = %v, %v; want the row", scanned, err)
 			}
@@ -366,92 +365,6 @@ func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 			t.Fatalf("exec = %s; want suspended", ex.LifecyclePhase)
 		}
 	})
-}
-
-func TestScanExpiredSuspensions(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	pool := db.Pool
-	const now = int64(9_000_000)
-
-	// Partition 70: three due rows (one per tenant, one without an
-	// execution row), one not due, one without a timeout.
-	a := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a", Tags: map[string]string{"cairn.instance_id": "i1"}})
-	b := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "b"})
-	missing := fftest.NewUUID()
-	notDue := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a"})
-	noTimeout := fftest.InsertExec(t, pool, fftest.Exec{Partition: 70, Namespace: "a"})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: a, TimeoutAtMs: fftest.Ms(now - 300)})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: b, TimeoutAtMs: fftest.Ms(now - 200)})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: missing, TimeoutAtMs: fftest.Ms(now - 100)})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: notDue, TimeoutAtMs: fftest.Ms(now + 100)})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 70, ExecutionID: noTimeout})
-	// Partition 71: one due row; partition 72: none due.
-	c := fftest.InsertExec(t, pool, fftest.Exec{Partition: 71, Namespace: "a"})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 71, ExecutionID: c, TimeoutAtMs: fftest.Ms(now - 1)})
-	d := fftest.InsertExec(t, pool, fftest.Exec{Partition: 72})
-	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 72, ExecutionID: d, TimeoutAtMs: fftest.Ms(now)})
-
-	ids := func(ss []store.ExpiredSuspension) []string {
-		var out []string
-		for _, s := range ss {
-			out = append(out, s.ExecutionID)
-		}
-		return out
-	}
-	tests := []struct {
-		name   string
-		filter store.Filter
-		after  *store.After
-		limit  int
-		want   []string
-		parts  []int16
-	}{
-		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, missing}, parts: []int16{70, 71}},
-		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{70, 71}},
-		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a}, want: []string{b, missing}, parts: []int16{70, 71}},
-		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{70}},
-		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{70}},
-		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := store.ScanExpiredSuspensions(ctx, pool, 70, now, tt.after, tt.limit, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(ids(got), tt.want) {
-				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
-			}
-			parts, err := store.DueSuspensionPartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(parts, tt.parts) {
-				t.Fatalf("due partitions = %v; want %v", parts, tt.parts)
-			}
-		})
-	}
-}
-
-// waitForLockWait waits until some backend is waiting on a row lock while
-// running a statement that mentions table.
-func waitForLockWait(t *testing.T, db store.DB, table string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := fftest.Count(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%' || $1 || '%'`, table)
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no statement on %s ever waited on a row lock", table)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestExpireSuspensionsBatch: a batch gives every suspension the result it

@@ -8,14 +8,11 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 )
-
-func partition(p int16) *int16 { return &p }
 
 // TestPromoteArgsJSON pins the public contract: the JSON other services
 // send, in both forms, with and without "at".
@@ -38,7 +35,7 @@ func TestPromoteArgsJSON(t *testing.T) {
 			if err != nil || string(b) != tt.want {
 				t.Fatalf("json = %s, %v; want %s", b, err, tt.want)
 			}
-			if err := jobs.ValidateEncoded(jobs.KindPromote, b); err != nil {
+			if err := jobs.ValidateJSON[jobs.PromoteArgs](jobs.KindPromote, b); err != nil {
 				t.Fatalf("valid args refused: %v", err)
 			}
 		})
@@ -113,10 +110,7 @@ func TestBadPromoteArgsRefusedAtInsert(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	client, err := river.NewClient(riverpgxv5.New(db.Pool), &river.Config{Schema: testdb.RiverSchema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := insertOnlyClient(t, db.Pool)
 	count := func() int {
 		var n int
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job`).Scan(&n); err != nil {
@@ -184,7 +178,7 @@ func FuzzValidatePromoteArgs(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if err := jobs.ValidateEncoded(jobs.KindPromote, data); err != nil {
+		if err := jobs.ValidateJSON[jobs.PromoteArgs](jobs.KindPromote, data); err != nil {
 			return
 		}
 		var a jobs.PromoteArgs

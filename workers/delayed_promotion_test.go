@@ -5,76 +5,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
-
-// noSweep enables no reconciler tick (in particular not delayed_promotion),
-// so only ad-hoc promotions can promote anything.
-func noSweep() map[string]time.Duration { return map[string]time.Duration{} }
-
-// insertOnlyClient is what another service runs: a River client with no
-// workers or queues, on its own pool, inserting jobs.PromoteArgs.
-func insertOnlyClient(t *testing.T, pool *pgxpool.Pool) *river.Client[pgx.Tx] {
-	t.Helper()
-	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: testdb.RiverSchema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// riverJob is what tests read back from river_job.
-type riverJob struct {
-	State   string
-	Attempt int
-	Errors  []string
-	Snoozes int64
-}
-
-func readJob(t *testing.T, pool *pgxpool.Pool, id int64) riverJob {
-	t.Helper()
-	var (
-		j    riverJob
-		errs []string
-	)
-	err := pool.QueryRow(context.Background(), `
-		SELECT state::text, attempt, coalesce((SELECT array_agg(e->>'error') FROM unnest(errors) e), '{}'),
-		       coalesce((metadata->>'snoozes')::bigint, 0)
-		  FROM river.river_job WHERE id = $1`, id).Scan(&j.State, &j.Attempt, &errs, &j.Snoozes)
-	if err != nil {
-		t.Fatalf("read river_job %d: %v", id, err)
-	}
-	j.Errors = errs
-	return j
-}
-
-func waitPromoted(t *testing.T, pool *pgxpool.Pool, p int16, id string, timeout time.Duration) {
-	t.Helper()
-	fleettest.WaitFor(t, timeout, "execution "+id+" promoted", func() (bool, string) {
-		ex := fftest.ReadExec(t, pool, p, id)
-		return ex.EligibilityState == "eligible_now", fleettest.Statusf("eligibility %s", ex.EligibilityState)
-	})
-}
-
-func waitJobState(t *testing.T, pool *pgxpool.Pool, id int64, state string) riverJob {
-	t.Helper()
-	var j riverJob
-	fleettest.WaitFor(t, 20*time.Second, "job reaching state "+state, func() (bool, string) {
-		j = readJob(t, pool, id)
-		return j.State == state, fleettest.Statusf("%+v", j)
-	})
-	return j
-}
 
 // TestDelayedPromotionSweep: the sweep promotes every due delayed execution
 // of the fleet's tenant across partitions (a backlog larger than one batch
@@ -113,16 +51,16 @@ func TestDelayedPromotionSweep(t *testing.T) {
 	activePast := fftest.InsertExec(t, db.Pool, mine(fftest.Exec{Partition: 1, EligibilityState: "not_eligible_until_time", DeadlineAtMs: fftest.Ms(now - 5000)}))
 
 	f := fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(jobs.ReconcilerDelayedPromotion),
+		Reconcilers: fleettest.Fast(workers.DelayedPromotion),
 		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
 		BatchSize:   10,
 	})
 	for _, r := range due {
 		waitPromoted(t, db.Pool, r.p, r.id, 30*time.Second)
 	}
-	ticks := f.Workers.Stats().For(jobs.ReconcilerDelayedPromotion).Ticks.Load()
+	ticks := f.Workers.Stats().For(workers.DelayedPromotion.Name).Ticks.Load()
 	fleettest.WaitFor(t, 10*time.Second, "two more ticks", func() (bool, string) {
-		n := f.Workers.Stats().For(jobs.ReconcilerDelayedPromotion).Ticks.Load()
+		n := f.Workers.Stats().For(workers.DelayedPromotion.Name).Ticks.Load()
 		return n >= ticks+2, fleettest.Statusf("%d ticks", n)
 	})
 	for _, id := range []string{otherTenant, otherTag, notDue} {
@@ -133,7 +71,7 @@ func TestDelayedPromotionSweep(t *testing.T) {
 	if ex := fftest.ReadExec(t, db.Pool, 1, activePast); ex.LifecyclePhase != "active" || ex.DeadlineAtMs == nil {
 		t.Errorf("active execution was changed: %+v", ex)
 	}
-	st := f.Workers.Stats().For(jobs.ReconcilerDelayedPromotion).Snapshot()
+	st := f.Workers.Stats().For(workers.DelayedPromotion.Name).Snapshot()
 	if st.Applied != int64(len(due)) || st.Continuations < 2 {
 		t.Errorf("stats %+v; want %d applied and at least 2 continuations", st, len(due))
 	}
@@ -210,7 +148,7 @@ func TestRawSQLBadPromoteJobIsCancelledOnce(t *testing.T) {
 			}
 		})
 	}
-	if n := f.Workers.Stats().For(jobs.ReconcilerDelayedPromotion).Skipped.Load(); n != int64(len(tests)) {
+	if n := f.Workers.Stats().For(workers.DelayedPromotion.Name).Skipped.Load(); n != int64(len(tests)) {
 		t.Errorf("skipped = %d; want %d", n, len(tests))
 	}
 }

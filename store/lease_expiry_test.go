@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -270,75 +269,4 @@ func TestReleaseRechecksUnderLock(t *testing.T) {
 	if n := len(fftest.LeaseEvents(t, pool, id)); n != 0 {
 		t.Fatalf("%d events; want 0", n)
 	}
-}
-
-func TestScanExpiredLeases(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	pool := db.Pool
-	const now = int64(3_000_000)
-
-	// Partition 11: three due rows (one per tenant), one not due.
-	a := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "a", Tags: map[string]string{"cairn.instance_id": "i1"}})
-	b := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "b"})
-	missing := fftest.NewUUID() // attempt without an execution row
-	notDue := fftest.InsertExec(t, pool, fftest.Exec{Partition: 11, Namespace: "a"})
-	fftest.InsertAttempt(t, pool, 11, a, 0, fftest.Ms(now-300))
-	fftest.InsertAttempt(t, pool, 11, b, 0, fftest.Ms(now-200))
-	fftest.InsertAttempt(t, pool, 11, missing, 0, fftest.Ms(now-100))
-	fftest.InsertAttempt(t, pool, 11, notDue, 0, fftest.Ms(now+100))
-	// Partition 12: one due row; partition 13: none due.
-	c := fftest.InsertExec(t, pool, fftest.Exec{Partition: 12, Namespace: "a"})
-	fftest.InsertAttempt(t, pool, 12, c, 0, fftest.Ms(now-1))
-	d := fftest.InsertExec(t, pool, fftest.Exec{Partition: 13})
-	fftest.InsertAttempt(t, pool, 13, d, 0, nil)
-
-	ids := func(ls []store.ExpiredLease) []string {
-		var out []string
-		for _, l := range ls {
-			out = append(out, l.ExecutionID)
-		}
-		return out
-	}
-	tests := []struct {
-		name   string
-		filter store.Filter
-		after  *store.After
-		limit  int
-		want   []string
-		parts  []int16
-	}{
-		{name: "NoFilterOldestFirst", limit: 10, want: []string{a, b, missing}, parts: []int16{11, 12}},
-		{name: "Limit", limit: 2, want: []string{a, b}, parts: []int16{11, 12}},
-		{name: "After", limit: 10, after: &store.After{AtMs: now - 300, ID: a, N: 0}, want: []string{b, missing}, parts: []int16{11, 12}},
-		{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{11}},
-		{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
-		{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := store.ScanExpiredLeases(ctx, pool, 11, now, tt.after, tt.limit, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(ids(got), tt.want) {
-				t.Fatalf("scan = %v; want %v", ids(got), tt.want)
-			}
-			parts, err := store.DueLeasePartitions(ctx, pool, store.NoLowerBound, now, 256, tt.filter)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(parts, tt.parts) {
-				t.Fatalf("due partitions = %v; want %v", parts, tt.parts)
-			}
-		})
-	}
-
-	t.Run("PartitionCountLimitsTheProbe", func(t *testing.T) {
-		parts, err := store.DueLeasePartitions(ctx, pool, store.NoLowerBound, now, 12, store.Filter{})
-		if err != nil || !slices.Equal(parts, []int16{11}) {
-			t.Fatalf("due partitions with 12 partitions = %v, %v; want [11]", parts, err)
-		}
-	})
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -27,79 +27,20 @@ import (
 // one with a second, non-locking probe, exactly as the seed does, and both
 // branch on the group's members.
 
-// Beginner starts a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
-// savepoint) satisfy it.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
-
-// DuePendingCancelPartitions returns the partitions (0..partitionCount-1)
-// holding at least one pending cancel group that passes f. A pending group
-// is due as soon as it exists. Index: ff_pending_cancel_groups
-// (partition_key, enqueued_at_ms), one probe per partition.
-func DuePendingCancelPartitions(ctx context.Context, db DB, partitionCount int, f Filter) ([]int16, error) {
-	args := []any{partitionCount}
-	from, cond := `ff_pending_cancel_groups pc`, ""
-	if !f.Empty() {
-		cond, args = f.sql(args)
-		from += ` JOIN ff_exec_core e ON e.partition_key = pc.partition_key AND e.execution_id = pc.downstream_eid`
-	}
-	probe := `SELECT 1 FROM ` + from + ` WHERE pc.partition_key = s.p` + cond
-	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
-	if err != nil {
-		return nil, fmt.Errorf("find partitions with pending cancel groups: %w", err)
-	}
-	return parts, nil
-}
-
-// PendingCancelGroup is one ff_pending_cancel_groups row.
-type PendingCancelGroup struct {
-	FlowID        string
-	DownstreamEID string
-	EnqueuedAtMs  int64
-}
-
-// ScanPendingCancelGroups returns up to limit pending cancel groups of one
-// partition, oldest enqueued first (then by flow and downstream execution, so
-// the order is total and a scan can continue after any row), skipping groups
-// whose downstream execution does not pass f. nowMs is unused: a pending
-// group is due as soon as it exists; the parameter keeps the scan's shape.
-// Index: ff_pending_cancel_groups (partition_key, enqueued_at_ms); the
-// redundant lower bound on enqueued_at_ms lets a continuation start its index
-// range at the cursor instead of filtering from the partition's oldest row.
-func ScanPendingCancelGroups(ctx context.Context, db DB, partition int16, _ int64, after *After, limit int, f Filter) ([]PendingCancelGroup, error) {
-	args := []any{partition, limit}
-	cond := ""
-	if after != nil {
-		args = append(args, after.AtMs, after.ID, after.ID2)
-		cond = ` AND pc.enqueued_at_ms >= $3
-		 AND (pc.enqueued_at_ms, pc.flow_id, pc.downstream_eid) > ($3, $4::uuid, $5::uuid)`
-	}
-	from := `ff_pending_cancel_groups pc`
-	if !f.Empty() {
-		var fc string
-		fc, args = f.sql(args)
-		cond += fc
-		from += ` JOIN ff_exec_core e ON e.partition_key = pc.partition_key AND e.execution_id = pc.downstream_eid`
-	}
-	rows, err := db.Query(ctx, `
-		SELECT pc.flow_id::text, pc.downstream_eid::text, pc.enqueued_at_ms
-		  FROM `+from+`
-		 WHERE pc.partition_key = $1`+cond+`
-		 ORDER BY pc.enqueued_at_ms, pc.flow_id, pc.downstream_eid
-		 LIMIT $2`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("scan pending cancel groups in partition %d: %w", partition, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PendingCancelGroup, error) {
-		var g PendingCancelGroup
-		err := r.Scan(&g.FlowID, &g.DownstreamEID, &g.EnqueuedAtMs)
-		return g, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scan pending cancel groups in partition %d: %w", partition, err)
-	}
-	return out, nil
+// PendingCancelGroups are ff_pending_cancel_groups rows, due as soon as they
+// exist and taken oldest enqueued first. A group belongs to the tenant of its
+// downstream execution. Index: ff_pending_cancel_groups_enqueued_idx
+// (partition_key, enqueued_at_ms).
+var PendingCancelGroups = &Due{
+	What:   "pending cancel groups",
+	From:   "ff_pending_cancel_groups r",
+	Exec:   "ff_exec_core e ON e.partition_key = r.partition_key AND e.execution_id = r.downstream_eid",
+	Tenant: true,
+	At:     "r.enqueued_at_ms",
+	Always: true,
+	ID:     Key{"r.flow_id", "uuid"},
+	ID2:    Key{"r.downstream_eid", "uuid"},
+	Index:  "ff_pending_cancel_groups_enqueued_idx",
 }
 
 // DispatchOutcome is what DispatchCancelGroup did with a pending group.
@@ -123,17 +64,16 @@ const (
 )
 
 func (o DispatchOutcome) String() string {
-	switch o {
-	case Dispatched:
-		return "dispatched"
-	case Orphaned:
-		return "orphaned"
-	case LeftForReconciler:
-		return "left_for_reconciler"
-	case LeftLocked:
-		return "left_locked"
+	return outcomeName(o, "DispatchOutcome", "dispatched", "orphaned", "left_for_reconciler", "left_locked")
+}
+
+// outcomeName names o, one of the iota + 1 constants whose names are given
+// in order.
+func outcomeName[O ~int](o O, typ string, names ...string) string {
+	if o >= 1 && int(o) <= len(names) {
+		return names[o-1]
 	}
-	return fmt.Sprintf("DispatchOutcome(%d)", int(o))
+	return fmt.Sprintf("%s(%d)", typ, int(o))
 }
 
 // DispatchResult says what DispatchCancelGroup did.
@@ -250,139 +190,6 @@ func DispatchCancelGroup(ctx context.Context, db Beginner, partition int16, flow
 	return r, nil
 }
 
-// ReconcileOutcome is what ReconcileCancelGroup did with a pending group.
-type ReconcileOutcome int
-
-// Reconcile outcomes.
-const (
-	// PendingGone: the pending row no longer exists (a dispatch drained
-	// it); nothing changed.
-	PendingGone ReconcileOutcome = iota + 1
-	// StaleDeleted: the edge group is missing or its flag is clear; the
-	// pending row was deleted.
-	StaleDeleted
-	// Cleared: the flag was set but no listed member is live (all are
-	// terminal or cancelled, missing, or none is a UUID); the flag and
-	// members were cleared and the pending row deleted.
-	Cleared
-	// LeftLive: the flag is set and a listed member is still live; nothing
-	// changed. The dispatcher cancels it.
-	LeftLive
-)
-
-func (o ReconcileOutcome) String() string {
-	switch o {
-	case PendingGone:
-		return "pending_gone"
-	case StaleDeleted:
-		return "stale_deleted"
-	case Cleared:
-		return "cleared"
-	case LeftLive:
-		return "left_live"
-	}
-	return fmt.Sprintf("ReconcileOutcome(%d)", int(o))
-}
-
-// ReconcileResult says what ReconcileCancelGroup did.
-type ReconcileResult struct {
-	Outcome ReconcileOutcome
-	// GroupMissing: the edge group does not exist (with StaleDeleted).
-	GroupMissing bool
-	// Live is the number of listed members still live (with LeftLive).
-	Live int
-	// BadMembers are member strings that are not UUIDs, ignored.
-	BadMembers []string
-}
-
-// Changed reports whether the reconcile changed anything.
-func (r ReconcileResult) Changed() bool { return r.Outcome == StaleDeleted || r.Outcome == Cleared }
-
-// ReconcileCancelGroup settles one pending cancel group the dispatcher does
-// not drain, in one transaction: a pending row whose edge group is missing
-// or whose flag is clear is deleted; a set flag whose members are all
-// terminal or cancelled (a member whose execution row is missing counts as
-// not live, since no cancel could reach it) is cleared with the pending row;
-// a group with a live member is left to the dispatcher.
-//
-// It locks the edge group with a plain FOR UPDATE, waiting for a dispatch in
-// progress rather than skipping it: a dispatch transaction lasts
-// milliseconds, the reconciler runs every few seconds, and after the wait
-// it decides on the dispatch's committed result (usually: pending row gone)
-// instead of deferring a whole interval. Locks are taken in the dispatcher's
-// order, edge group then pending row, so the two cannot deadlock; the wait
-// is bounded by the caller's context.
-func ReconcileCancelGroup(ctx context.Context, db Beginner, partition int16, flowID, downstreamEID string) (ReconcileResult, error) {
-	var r ReconcileResult
-	err := inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
-		flag, members, found, err := lockEdgeGroup(ctx, tx, partition, flowID, downstreamEID, false)
-		if err != nil {
-			return false, err
-		}
-		err = tx.QueryRow(ctx, `SELECT true FROM ff_pending_cancel_groups
-			 WHERE partition_key = $1 AND flow_id = $2::uuid AND downstream_eid = $3::uuid
-			   FOR UPDATE`, partition, flowID, downstreamEID).Scan(new(bool))
-		if errors.Is(err, pgx.ErrNoRows) {
-			r.Outcome = PendingGone
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("lock pending row: %w", err)
-		}
-		if !found || !flag {
-			r.Outcome, r.GroupMissing = StaleDeleted, !found
-			_, err := deletePending(ctx, tx, partition, flowID, downstreamEID)
-			return err == nil, err
-		}
-		var ids []string
-		ids, r.BadMembers = ParseMembers(members)
-		if len(ids) > 0 {
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core
-				 WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])
-				   AND lifecycle_phase NOT IN ('terminal', 'cancelled')`, partition, ids).Scan(&r.Live); err != nil {
-				return false, fmt.Errorf("count live members: %w", err)
-			}
-		}
-		if r.Live > 0 {
-			r.Outcome = LeftLive
-			return false, nil
-		}
-		if err := clearGroup(ctx, tx, partition, flowID, downstreamEID); err != nil {
-			return false, err
-		}
-		r.Outcome = Cleared
-		_, err = deletePending(ctx, tx, partition, flowID, downstreamEID)
-		return err == nil, err
-	})
-	if err != nil {
-		return ReconcileResult{}, fmt.Errorf("reconcile cancel group %d/%s/%s: %w", partition, flowID, downstreamEID, err)
-	}
-	return r, nil
-}
-
-// inTx runs fn in a transaction, committing when it returns true and rolling
-// back otherwise (a pass that changed nothing releases its locks without a
-// commit record).
-func inTx(ctx context.Context, db Beginner, fn func(pgx.Tx) (commit bool, err error)) (err error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	defer func() {
-		if rbErr := tx.Rollback(context.WithoutCancel(ctx)); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) && err == nil {
-			err = fmt.Errorf("rollback: %w", rbErr)
-		}
-	}()
-	commit, err := fn(tx)
-	if err != nil || !commit {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
-}
-
 // lockEdgeGroup locks an edge group and reads its flag and members. With
 // skipLocked, a group another transaction holds reads as not found.
 //
@@ -452,48 +259,11 @@ func deletePending(ctx context.Context, tx pgx.Tx, partition int16, flowID, down
 // execution once.
 func ParseMembers(members []string) (ids, bad []string) {
 	for _, m := range members {
-		if id, ok := parseUUID(m); ok {
-			ids = append(ids, id)
+		if id, err := uuid.Parse(m); err == nil {
+			ids = append(ids, id.String())
 		} else {
 			bad = append(bad, m)
 		}
 	}
 	return ids, bad
-}
-
-func parseUUID(s string) (string, bool) {
-	switch {
-	case len(s) == 38 && s[0] == '{' && s[37] == '}':
-		s = s[1:37]
-	case len(s) == 45 && strings.EqualFold(s[:9], "urn:uuid:"):
-		s = s[9:]
-	}
-	var hex []byte
-	switch len(s) {
-	case 32:
-		hex = []byte(s)
-	case 36:
-		for i := 0; i < 36; i++ {
-			if i == 8 || i == 13 || i == 18 || i == 23 {
-				if s[i] != '-' {
-					return "", false
-				}
-				continue
-			}
-			hex = append(hex, s[i])
-		}
-	default:
-		return "", false
-	}
-	for i, c := range hex {
-		switch {
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
-		case c >= 'A' && c <= 'F':
-			hex[i] = c + ('a' - 'A')
-		default:
-			return "", false
-		}
-	}
-	h := string(hex)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32], true
 }

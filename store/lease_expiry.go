@@ -3,94 +3,21 @@ package store
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// DueLeasePartitions returns the partitions (0..partitionCount-1) holding at
-// least one attempt whose lease expires at or after fromMs (NoLowerBound:
-// any) and before horizonMs, and whose execution passes f; a tick passes now
-// plus its lookahead. Index: ff_attempt (partition_key, lease_expires_at_ms)
-// WHERE lease_expires_at_ms IS NOT NULL, one probe per partition.
-func DueLeasePartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	probe, args := leaseProbe([]any{partitionCount, horizonMs, fromMs}, f)
-	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
-	if err != nil {
-		return nil, fmt.Errorf("find partitions with expired leases: %w", err)
-	}
-	return parts, nil
-}
-
-// CountDueLeases returns, for each of parts, the number of its attempts whose
-// lease expired before nowMs and whose execution passes f. Same index as
-// DueLeasePartitions; the cost is O(expired leases of parts).
-func CountDueLeases(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	return countDue(ctx, db, leaseProbe, parts, nowMs, f, "expired leases")
-}
-
-// leaseProbe is the lease-expiry probe of partition s.p for leases expiring
-// in [$3, $2), with f's conditions appended to args.
-func leaseProbe(args []any, f Filter) (string, []any) {
-	if f.Empty() {
-		return `SELECT 1 FROM ff_attempt a WHERE a.partition_key = s.p
-	   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3`, args
-	}
-	cond, args := f.sql(args)
-	return `SELECT 1 FROM ff_attempt a
-		  JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id
-		 WHERE a.partition_key = s.p
-		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2 AND a.lease_expires_at_ms >= $3` + cond, args
-}
-
-// ExpiredLease is one attempt whose lease has lapsed.
-type ExpiredLease struct {
-	ExecutionID  string
-	AttemptIndex int32
-	ExpiresAtMs  int64
-}
-
-// ScanExpiredLeases returns up to limit attempts of one partition whose lease
-// expired before nowMs, oldest first (then by execution and attempt, so the
-// order is total and a scan can continue after any row), skipping rows whose
-// execution does not pass f. Index: ff_attempt (partition_key,
-// lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL; the cost is
-// O(due rows), not O(table).
-//
-// Like the seed, it does not require the execution to be active: a lease left
-// behind on a terminal execution is still released.
-func ScanExpiredLeases(ctx context.Context, db DB, partition int16, nowMs int64, after *After, limit int, f Filter) ([]ExpiredLease, error) {
-	args := []any{partition, nowMs, limit}
-	cond := ""
-	if after != nil {
-		args = append(args, after.AtMs, after.ID, after.N)
-		cond = ` AND (a.lease_expires_at_ms, a.execution_id, a.attempt_index) > ($4, $5::uuid, $6)`
-	}
-	from := `ff_attempt a`
-	if !f.Empty() {
-		var fc string
-		fc, args = f.sql(args)
-		cond += fc
-		from = `ff_attempt a JOIN ff_exec_core e ON e.partition_key = a.partition_key AND e.execution_id = a.execution_id`
-	}
-	rows, err := db.Query(ctx, `
-		SELECT a.execution_id::text, a.attempt_index, a.lease_expires_at_ms
-		  FROM `+from+`
-		 WHERE a.partition_key = $1
-		   AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2`+cond+`
-		 ORDER BY a.lease_expires_at_ms, a.execution_id, a.attempt_index
-		 LIMIT $3`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("scan expired leases in partition %d: %w", partition, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ExpiredLease, error) {
-		var l ExpiredLease
-		err := r.Scan(&l.ExecutionID, &l.AttemptIndex, &l.ExpiresAtMs)
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scan expired leases in partition %d: %w", partition, err)
-	}
-	return out, nil
+// ExpiredLeases are attempts whose lease has lapsed, whatever their
+// execution's phase: like the seed, a lease left behind on a terminal
+// execution is still released. Index: ff_attempt_lease_expiry_idx
+// (partition_key, lease_expires_at_ms) WHERE lease_expires_at_ms IS NOT NULL.
+var ExpiredLeases = &Due{
+	What:   "expired leases",
+	From:   "ff_attempt r",
+	Exec:   execJoin,
+	Tenant: true,
+	At:     "r.lease_expires_at_ms",
+	ID:     Key{"r.execution_id", "uuid"},
+	N:      "r.attempt_index",
+	Index:  "ff_attempt_lease_expiry_idx",
 }
 
 // ReleaseResult says what ReleaseExpiredLease did.
@@ -188,11 +115,7 @@ type LeaseRef struct {
 // transaction when db is a pool), so the check and the change are atomic and
 // a second call for the same lease is a no-op.
 func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionID string, attemptIndex int32, nowMs int64) (ReleaseResult, error) {
-	res, err := ReleaseExpiredLeases(ctx, db, partition, []LeaseRef{{executionID, attemptIndex}}, nowMs)
-	if err != nil {
-		return ReleaseResult{}, err
-	}
-	return res[0], nil
+	return one(ReleaseExpiredLeases(ctx, db, partition, []LeaseRef{{executionID, attemptIndex}}, nowMs))
 }
 
 // ReleaseExpiredLeases is ReleaseExpiredLease for several attempts of one
@@ -218,11 +141,7 @@ func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []Le
 			}
 			return r
 		},
-		what: func(round []int) string {
-			if len(round) == 1 {
-				return fmt.Sprintf("release lease %d/%s attempt %d", partition, ids[round[0]], idx[round[0]])
-			}
-			return fmt.Sprintf("release %d leases of partition %d", len(round), partition)
-		},
+		what: "release lease", partition: partition,
+		label: func(i int) string { return fmt.Sprintf("%s attempt %d", ids[i], idx[i]) },
 	}.run(ctx, db, ids)
 }

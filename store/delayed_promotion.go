@@ -2,98 +2,29 @@ package store
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/jackc/pgx/v5"
 )
 
-// Delayed promotion reads ff_exec_core through the partial index
-// (partition_key, deadline_at_ms) WHERE deadline_at_ms IS NOT NULL. The
-// column is overloaded: it holds the delay-until of runnable +
-// not_eligible_until_time rows and the execution deadline of active rows. The
-// index range (partition, deadline <= now) therefore also returns active rows
-// past their execution deadline, which the phase and eligibility predicates
-// then filter out row by row. A promotion probe or scan costs O(rows of the
-// partition whose deadline_at_ms has passed), whatever their phase, and never
-// reads rows whose deadline is still ahead, however many there are.
-const promotableSQL = `e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $2
-	   AND e.lifecycle_phase = 'runnable' AND e.eligibility_state = 'not_eligible_until_time'`
-
-// DuePromotionPartitions returns the partitions (0..partitionCount-1)
-// holding at least one delayed execution (runnable +
-// not_eligible_until_time) whose delay-until is at or after fromMs
-// (NoLowerBound: any) and at or before horizonMs, and which passes f; a tick
-// passes now plus its lookahead. One probe of ff_exec_core (partition_key,
-// deadline_at_ms) per partition; see promotableSQL for what a probe reads (a
-// lower bound also skips the rows whose deadline passed before it).
-func DuePromotionPartitions(ctx context.Context, db DB, fromMs, horizonMs int64, partitionCount int, f Filter) ([]int16, error) {
-	probe, args := promotionProbe([]any{partitionCount, horizonMs, fromMs}, f)
-	parts, err := collectPartitions(db.Query(ctx, partitionsSQL(probe), args...))
-	if err != nil {
-		return nil, fmt.Errorf("find partitions with due delayed executions: %w", err)
-	}
-	return parts, nil
-}
-
-// CountDuePromotions returns, for each of parts, the number of its delayed
-// executions whose delay-until is at or before nowMs and which pass f. Same
-// index as DuePromotionPartitions; the cost is O(rows of parts whose
-// deadline_at_ms has passed).
-func CountDuePromotions(ctx context.Context, db DB, nowMs int64, parts []int16, f Filter) (map[int16]int, error) {
-	return countDue(ctx, db, promotionProbe, parts, nowMs, f, "due delayed executions")
-}
-
-// promotionProbe is the delayed-promotion probe of partition s.p for
-// delay-untils in [$3, $2], with f's conditions appended to args.
-func promotionProbe(args []any, f Filter) (string, []any) {
-	cond, args := f.sql(args)
-	return `SELECT 1 FROM ff_exec_core e WHERE e.partition_key = s.p AND e.deadline_at_ms >= $3 AND ` + promotableSQL + cond, args
-}
-
-// DuePromotion is one delayed execution whose delay-until has passed.
-type DuePromotion struct {
-	ExecutionID  string
-	DeadlineAtMs int64
-}
-
-// ScanDuePromotions returns up to limit delayed executions of one partition
-// whose delay-until (deadline_at_ms) is at or before nowMs, oldest deadline
-// first, then by execution id (a total order, so a scan can continue after
-// any row), skipping rows that do not pass f. The `<=` is the seed's
-// comparison.
+// DelayedExecutions are delayed executions (runnable +
+// not_eligible_until_time) whose delay-until (deadline_at_ms) has passed,
+// with the seed's `<=`.
 //
-// Index: ff_exec_core (partition_key, deadline_at_ms) WHERE deadline_at_ms IS
-// NOT NULL. Postgres turns the keyset row comparison into the index bound
-// deadline_at_ms >= after, so a continuation starts inside the index instead
-// of re-reading the rows it already walked; the execution_id tie-break is an
-// incremental sort of rows with equal deadlines.
-func ScanDuePromotions(ctx context.Context, db DB, partition int16, nowMs int64, after *After, limit int, f Filter) ([]DuePromotion, error) {
-	args := []any{partition, nowMs, limit}
-	cond := ""
-	if after != nil {
-		args = append(args, after.AtMs, after.ID)
-		cond = ` AND (e.deadline_at_ms, e.execution_id) > ($4, $5::uuid)`
-	}
-	fc, args := f.sql(args)
-	rows, err := db.Query(ctx, `
-		SELECT e.execution_id::text, e.deadline_at_ms
-		  FROM ff_exec_core e
-		 WHERE e.partition_key = $1
-		   AND `+promotableSQL+cond+fc+`
-		 ORDER BY e.deadline_at_ms, e.execution_id
-		 LIMIT $3`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("scan due delayed executions in partition %d: %w", partition, err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DuePromotion, error) {
-		var p DuePromotion
-		err := r.Scan(&p.ExecutionID, &p.DeadlineAtMs)
-		return p, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scan due delayed executions in partition %d: %w", partition, err)
-	}
-	return out, nil
+// Index: ff_exec_core_deadline_idx (partition_key, deadline_at_ms) WHERE
+// deadline_at_ms IS NOT NULL. The column is overloaded: it holds the
+// delay-until of runnable + not_eligible_until_time rows and the execution
+// deadline of active rows. The index range (partition, deadline <= now)
+// therefore also returns active rows past their execution deadline, which
+// the phase and eligibility conditions then filter out row by row. A probe
+// or scan costs O(rows of the partition whose deadline_at_ms has passed),
+// whatever their phase, and never reads rows whose deadline is still ahead.
+var DelayedExecutions = &Due{
+	What:      "due delayed executions",
+	From:      "ff_exec_core r",
+	Tenant:    true,
+	At:        "r.deadline_at_ms",
+	Inclusive: true,
+	Where:     "r.lifecycle_phase = 'runnable' AND r.eligibility_state = 'not_eligible_until_time'",
+	ID:        Key{"r.execution_id", "uuid"},
+	Index:     "ff_exec_core_deadline_idx",
 }
 
 // PromoteOutcome says what PromoteDelayed did, or why it did nothing.
@@ -179,11 +110,7 @@ SELECT up.ord IS NOT NULL, cur.lifecycle_phase, cur.eligibility_state, cur.deadl
 // pool); anything else is a no-op whose reason is in the result, and a second
 // call for the same execution is a no-op.
 func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (PromoteResult, error) {
-	res, err := PromoteDelayedMany(ctx, db, partition, []string{executionID}, nowMs)
-	if err != nil {
-		return PromoteResult{}, err
-	}
-	return res[0], nil
+	return one(PromoteDelayedMany(ctx, db, partition, []string{executionID}, nowMs))
 }
 
 // PromoteDelayedMany is PromoteDelayed for several executions of one
@@ -201,12 +128,7 @@ func PromoteDelayedMany(ctx context.Context, db DB, partition int16, executionID
 		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
 		dest: []any{&promoted, &phase, &elig, &deadline},
 		read: func() PromoteResult { return promoteOutcome(promoted, phase, elig, deadline, nowMs) },
-		what: func(round []int) string {
-			if len(round) == 1 {
-				return fmt.Sprintf("promote delayed execution %d/%s", partition, executionIDs[round[0]])
-			}
-			return fmt.Sprintf("promote %d delayed executions of partition %d", len(round), partition)
-		},
+		what: "promote delayed execution", partition: partition,
 	}.run(ctx, db, executionIDs)
 }
 

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 )
@@ -27,86 +27,47 @@ const (
 	MaxPromoteSnoozes = 10
 )
 
-func registerDelayedPromotion(ws *river.Workers, d *deps) error {
-	if err := addWorker(ws, d, &delayedPromotionTickWorker{d: d}); err != nil {
-		return err
-	}
-	if err := addWorker(ws, d, &delayedPromotionScanWorker{d: d}); err != nil {
-		return err
-	}
-	return addWorker(ws, d, &promoteWorker{d: d})
-}
-
-// delayedPromotionTickWorker finds the partitions holding delayed executions
-// whose delay has elapsed and enqueues one scan for each. FlowFabric's
-// Postgres backend has no such sweep (only a per-execution call); without it
-// a delayed execution whose promotion nobody scheduled would stay delayed.
-type delayedPromotionTickWorker struct {
-	river.WorkerDefaults[jobs.DelayedPromotionTickArgs]
-	d *deps
-}
-
-func (w *delayedPromotionTickWorker) Timeout(*river.Job[jobs.DelayedPromotionTickArgs]) time.Duration {
-	return TickTimeout
-}
-
-func (w *delayedPromotionTickWorker) Work(ctx context.Context, _ *river.Job[jobs.DelayedPromotionTickArgs]) error {
-	return w.d.tick(ctx, river.ClientFromContext[pgx.Tx](ctx), DelayedPromotion)
-}
-
-// promotionScan enqueues the same PromoteArgs other services use, in the
+// DelayedPromotion promotes delayed executions (runnable +
+// not_eligible_until_time) whose delay-until passed to eligible_now, as
+// FlowFabric's promote_for_execution does, on a 1 s sweep (FlowFabric's
+// Postgres backend has no such sweep: without it a delayed execution whose
+// promotion nobody scheduled would stay delayed) and on request from other
+// services (jobs.PromoteArgs).
+//
+// The sweep enqueues the same PromoteArgs other services use, in the
 // partition + execution_id form and without "at", so a sweep and an ad-hoc
 // promotion of that form for the same execution share one unique key.
-var promotionScan = &scanSpec[store.DuePromotion]{
-	name:       DelayedPromotion,
-	scan:       store.ScanDuePromotions,
-	deadlineMs: func(p store.DuePromotion) int64 { return p.DeadlineAtMs },
-	key:        func(p store.DuePromotion) string { return p.ExecutionID },
-	rowJob: func(partition int16, p store.DuePromotion) river.JobArgs {
-		return jobs.PromoteArgs{Partition: &partition, ExecutionID: p.ExecutionID}
-	},
-	cursor: func(p store.DuePromotion) jobs.ScanCursor {
-		return jobs.ScanCursor{AtMs: p.DeadlineAtMs, ID: p.ExecutionID}
-	},
-	next: func(partition int16, after *jobs.ScanCursor, follows int64) river.JobArgs {
-		return jobs.DelayedPromotionScanArgs{Partition: partition, After: after, Follows: follows}
-	},
-}
-
-// delayedPromotionScanWorker enqueues one promotion per due delayed
-// execution of a partition.
-type delayedPromotionScanWorker struct {
-	river.WorkerDefaults[jobs.DelayedPromotionScanArgs]
-	d *deps
-}
-
-func (w *delayedPromotionScanWorker) Timeout(*river.Job[jobs.DelayedPromotionScanArgs]) time.Duration {
-	return ScanTimeout
-}
-
-func (w *delayedPromotionScanWorker) Work(ctx context.Context, job *river.Job[jobs.DelayedPromotionScanArgs]) error {
-	return runScan(ctx, w.d, promotionScan, job, job.Args.Partition, job.Args.After, job.Args.Follows)
-}
+var DelayedPromotion = define[jobs.DelayedPromotionTickArgs, jobs.DelayedPromotionScanArgs](Reconciler{
+	Name:      "delayed_promotion",
+	Interval:  time.Second,
+	Due:       store.DelayedExecutions,
+	Lookahead: true,
+}, func(p int16, x store.DueRow) jobs.PromoteArgs {
+	return jobs.PromoteArgs{Partition: &p, ExecutionID: x.ID}
+}, func(d *deps) river.Worker[jobs.PromoteArgs] {
+	return &promoteWorker{d: d, promotions: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.PromoteResult, error) {
+		return store.PromoteDelayedMany(ctx, d.cfg.Pool, p, ids, store.NowMs())
+	})}
+})
 
 // promoteWorker promotes one delayed execution: the sweep's row job and the
 // ad-hoc promotion other services enqueue.
 type promoteWorker struct {
-	river.WorkerDefaults[jobs.PromoteArgs]
-	d *deps
+	rowDefaults[jobs.PromoteArgs]
+	d          *deps
+	promotions *coalesce.Coalescer[int16, string, store.PromoteResult]
 }
 
-func (w *promoteWorker) Timeout(*river.Job[jobs.PromoteArgs]) time.Duration { return RowTimeout }
-
 func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArgs]) error {
-	c := w.d.cfg.Stats.For(DelayedPromotion)
+	c := w.d.stats(DelayedPromotion)
 	target, err := job.Args.Target()
 	if err != nil {
-		// The work-begin hook cancels invalid args before Work runs; this
-		// only guards a client configured without the fleet's hooks.
+		// validating cancels invalid args before Work runs; this only
+		// guards a worker registered without it.
 		c.Skipped.Add(1)
 		return river.JobCancel(err)
 	}
-	log := w.d.log().With("reconciler", DelayedPromotion, "execution", target.String(), "job_id", job.ID)
+	log := w.d.log().With("reconciler", DelayedPromotion.Name, "execution", target.String(), "job_id", job.ID)
 	// An ad-hoc promotion is inserted ahead of its "at" (see
 	// jobs.PromoteArgs.InsertOpts) and waits here for it.
 	if at := job.Args.At; at != nil {
@@ -115,7 +76,7 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 			return w.d.snooze(DelayedPromotion, snoozeFor(wait))
 		}
 	}
-	res, err := w.d.promotions.Do(ctx, target.Partition, target.UUID)
+	res, err := w.promotions.Do(ctx, target.Partition, target.UUID)
 	if err != nil {
 		c.Errors.Add(1)
 		return err

@@ -1,0 +1,51 @@
+package migrations
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestFingerprintCoversAllTheDDL: the fingerprint tests name their template
+// database after changes with any part of the DDL: a column, an index, a
+// trigger of any table, or the worker heartbeat table. A fingerprint that
+// missed one would let tests run on a template built from older DDL.
+func TestFingerprintCoversAllTheDDL(t *testing.T) {
+	t.Parallel()
+	base := Fingerprint()
+	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(base) {
+		t.Fatalf("Fingerprint = %q; want 12 hex digits", base)
+	}
+	if fingerprint(ffTables, workerTableDDL) != base {
+		t.Fatal("Fingerprint is not the fingerprint of this package's DDL")
+	}
+	changed := func(edit func(t *ffTable)) []ffTable {
+		tables := make([]ffTable, len(ffTables))
+		copy(tables, ffTables)
+		last := tables[len(tables)-1]
+		last.indexes = append([]string(nil), last.indexes...)
+		last.post = append([]string(nil), last.post...)
+		edit(&last)
+		tables[len(tables)-1] = last
+		return tables
+	}
+	tests := []struct {
+		name   string
+		tables []ffTable
+		worker string
+	}{
+		{"Column", changed(func(t *ffTable) { t.columns += ",\n    extra text" }), workerTableDDL},
+		{"Index", changed(func(t *ffTable) { t.indexes = append(t.indexes, "CREATE INDEX x ON y (z)") }), workerTableDDL},
+		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), workerTableDDL},
+		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), workerTableDDL},
+		{"WorkerTable", ffTables, strings.Replace(workerTableDDL, "version      text", "version      varchar", 1)},
+	}
+	for _, tt := range tests {
+		if tt.worker == workerTableDDL && tt.name == "WorkerTable" {
+			t.Fatal("the worker table edit changed nothing: fix the test")
+		}
+		if got := fingerprint(tt.tables, tt.worker); got == base {
+			t.Errorf("%s: a changed DDL keeps the fingerprint %s", tt.name, got)
+		}
+	}
+}

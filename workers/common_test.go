@@ -1,0 +1,241 @@
+package workers_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// deadlineRow seeds and checks one row of a deadline reconciler.
+type deadlineRow struct {
+	r *workers.Reconciler
+	// scan is the reconciler's partition scan args.
+	scan func(p int16) river.JobArgs
+	// insert seeds a row of partition p falling due at deadlineMs.
+	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
+	// acted says whether the row's action has been applied.
+	acted func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool
+}
+
+var deadlineRows = []deadlineRow{
+	{
+		r:    workers.LeaseExpiry, // row kind jobs.KindLeaseRelease,
+		scan: func(p int16) river.JobArgs { return jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(deadlineMs))
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadAttempt(t, pool, p, id, 0).LeaseExpiresAtMs == nil
+		},
+	},
+	{
+		r: workers.SuspensionTimeout,
+		scan: func(p int16) river.JobArgs {
+			return jobs.SuspensionTimeoutScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned",
+				PublicState: "suspended", AttemptState: "attempt_interrupted"})
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(deadlineMs)})
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			_, ok := fftest.ReadSuspension(t, pool, p, id)
+			return !ok
+		},
+	},
+	{
+		r: workers.DelayedPromotion,
+		scan: func(p int16) river.JobArgs {
+			return jobs.DelayedPromotionScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			return fftest.InsertExec(t, pool, fftest.Delayed(p, deadlineMs))
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadExec(t, pool, p, id).EligibilityState == "eligible_now"
+		},
+	},
+}
+
+// startLookingAhead starts a fleet ticking reconciler every second with the
+// given lookahead margin (its window: 1 s plus that), and waits for its first
+// tick.
+func startLookingAhead(t *testing.T, db *testdb.DB, r *workers.Reconciler, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
+	t.Helper()
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(r), Lookahead: margin})
+	c := f.Workers.Stats().For(r.Name)
+	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+		return c.Ticks.Load() > 0, "no tick yet"
+	})
+	return f, c
+}
+
+// startBusy is startLookingAhead with the rows queue paused: row jobs stay
+// available, so their partitions stay busy.
+func startBusy(t *testing.T, db *testdb.DB, r *workers.Reconciler, margin time.Duration) (*fleet.Fleet, *workers.Counters) {
+	t.Helper()
+	f, c := startLookingAhead(t, db, r, margin)
+	if err := f.Client.QueuePause(context.Background(), jobs.QueueRows, nil); err != nil {
+		t.Fatal(err)
+	}
+	return f, c
+}
+
+// noSweep enables no reconciler tick (in particular not delayed_promotion),
+// so only ad-hoc promotions can promote anything.
+func noSweep() map[string]time.Duration { return map[string]time.Duration{} }
+
+// insertOnlyClient is what another service runs: a River client with no
+// workers or queues, on its own pool, inserting jobs.PromoteArgs.
+func insertOnlyClient(t *testing.T, pool *pgxpool.Pool) *river.Client[pgx.Tx] {
+	t.Helper()
+	c, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Schema: testdb.RiverSchema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// riverJob is what tests read back from river_job.
+type riverJob struct {
+	State   string
+	Attempt int
+	Errors  []string
+	Snoozes int64
+}
+
+func readJob(t *testing.T, pool *pgxpool.Pool, id int64) riverJob {
+	t.Helper()
+	var (
+		j    riverJob
+		errs []string
+	)
+	err := pool.QueryRow(context.Background(), `
+		SELECT state::text, attempt, coalesce((SELECT array_agg(e->>'error') FROM unnest(errors) e), '{}'),
+		       coalesce((metadata->>'snoozes')::bigint, 0)
+		  FROM river.river_job WHERE id = $1`, id).Scan(&j.State, &j.Attempt, &errs, &j.Snoozes)
+	if err != nil {
+		t.Fatalf("read river_job %d: %v", id, err)
+	}
+	j.Errors = errs
+	return j
+}
+
+func waitPromoted(t *testing.T, pool *pgxpool.Pool, p int16, id string, timeout time.Duration) {
+	t.Helper()
+	fleettest.WaitFor(t, timeout, "execution "+id+" promoted", func() (bool, string) {
+		ex := fftest.ReadExec(t, pool, p, id)
+		return ex.EligibilityState == "eligible_now", fleettest.Statusf("eligibility %s", ex.EligibilityState)
+	})
+}
+
+func waitJobState(t *testing.T, pool *pgxpool.Pool, id int64, state string) riverJob {
+	t.Helper()
+	var j riverJob
+	fleettest.WaitFor(t, 20*time.Second, "job reaching state "+state, func() (bool, string) {
+		j = readJob(t, pool, id)
+		return j.State == state, fleettest.Statusf("%+v", j)
+	})
+	return j
+}
+
+// somePartitions returns n partitions spread over 0..255. Tests seed only
+// these and count with partition_key = ANY(…), which prunes to their
+// children at plan time: a count over all 256 children and their indexes
+// takes over a thousand lock-table slots, and parallel tests sharing a
+// server with the default max_locks_per_transaction (64) then fail with
+// "out of shared memory".
+func somePartitions(n int) []int16 {
+	out := make([]int16, n)
+	for i := range out {
+		out[i] = int16(i * 256 / n)
+	}
+	return out
+}
+
+// waitTicks waits until the fleet has run n more ticks of a reconciler, so a
+// test can check that something was left alone.
+func waitTicks(t *testing.T, f *fleet.Fleet, r *workers.Reconciler, n int64) {
+	t.Helper()
+	start := f.Workers.Stats().For(r.Name).Ticks.Load()
+	fleettest.WaitFor(t, 15*time.Second, "more ticks", func() (bool, string) {
+		got := f.Workers.Stats().For(r.Name).Ticks.Load()
+		return got >= start+n, fleettest.Statusf("%d ticks (from %d)", got, start)
+	})
+}
+
+// captureLogger returns a logger recording warnings and errors, and a
+// function returning what it recorded. The record is logged when the test
+// fails.
+func captureLogger(t *testing.T) (*slog.Logger, func() string) {
+	t.Helper()
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})
+	read := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.String()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("fleet logs:\n%s", read())
+		}
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), read
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// duplicateRowJobs inserts copies row jobs of kind for each args, with plain
+// SQL and so without a unique key, as a client without River's uniqueness
+// (or a rescued job running again) would leave them: two processes then
+// run the same row's action at the same time, which only its re-check under
+// the row lock keeps to one effect.
+func duplicateRowJobs(t *testing.T, db *testdb.DB, kind string, args []string, copies int) {
+	t.Helper()
+	for _, a := range args {
+		for range copies {
+			db.InsertRawJob(t, kind, jobs.QueueRows, "available", a)
+		}
+	}
+}
+
+// requireBothRaced checks that both processes ran row jobs of r, and that
+// the duplicates of rows rows (see duplicateRowJobs) ended as no-ops: the
+// race a two-process test claims to exercise happened.
+func requireBothRaced(t *testing.T, r *workers.Reconciler, f1, f2 *fleet.Fleet, rows int) {
+	t.Helper()
+	s1, s2 := f1.Workers.Stats().For(r.Name).Snapshot(), f2.Workers.Stats().For(r.Name).Snapshot()
+	t.Logf("row jobs: process 1 applied %d, no-op %d; process 2 applied %d, no-op %d", s1.Applied, s1.NoOps, s2.Applied, s2.NoOps)
+	if s1.Applied+s1.NoOps == 0 || s2.Applied+s2.NoOps == 0 {
+		t.Fatalf("one process ran no row job of %s: the race was not exercised", r.Name)
+	}
+	if s1.NoOps+s2.NoOps < int64(rows) {
+		t.Fatalf("%d no-ops for %d rows with duplicate jobs; want at least one each", s1.NoOps+s2.NoOps, rows)
+	}
+}

@@ -1,0 +1,124 @@
+package workers
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// Reconciler is one reconciler of the fleet, declared once in its own file
+// (workers/<name>.go, built by define) and listed once in the registry
+// (registry.go). Everything that differs between reconcilers is here or in
+// the code its fields point to: its name, default interval, partition
+// space, what makes its rows due (its store.Due, in store/<name>.go), and
+// its three kinds of job with their workers (its args in jobs/<name>.go).
+// The periodic set-up, the fleet, stats, metrics, `worker status` and the
+// validation of job args all walk the registry.
+type Reconciler struct {
+	// Name is the reconciler's one name: in --reconcilers, its interval
+	// flag, metrics labels and logs, and in its kinds, ff.<Name>.<step>.
+	Name string
+	// Interval is its default tick interval.
+	Interval time.Duration
+	// Due is what makes its rows due, and the queries that find them.
+	Due *store.Due
+	// Lookahead: its ticks and scans take rows falling due before the next
+	// tick, as row jobs that start at the row's deadline (Config.Lookahead).
+	Lookahead bool
+	// Partitions is the number of partitions its tick walks, 0..N-1.
+	// Defaults to the flow partitions (Config.PartitionCount).
+	Partitions func(Config) int
+
+	tickKind, scanKind, rowKind string
+	// tick is the periodic tick's args.
+	tick river.JobArgs
+	// newScan builds the args of a scan of this reconciler.
+	newScan func(jobs.ScanArgs) river.JobArgs
+	// rowJob builds the row job of a scanned row.
+	rowJob func(partition int16, row store.DueRow) river.JobArgs
+	// register adds the tick, scan and row workers to ws.
+	register func(ws *river.Workers, d *deps) error
+	// validateJSON validates stored args by kind, as River would decode
+	// them for the kind's worker.
+	validateJSON map[string]func([]byte) error
+}
+
+// TickKind is the kind of the reconciler's periodic tick.
+func (r *Reconciler) TickKind() string { return r.tickKind }
+
+// ScanKind is the kind of the reconciler's partition scans.
+func (r *Reconciler) ScanKind() string { return r.scanKind }
+
+// RowKind is the kind of the reconciler's row jobs (for delayed promotion
+// also the ad-hoc promotion's).
+func (r *Reconciler) RowKind() string { return r.rowKind }
+
+// TickArgs returns the args of the reconciler's periodic tick.
+func (r *Reconciler) TickArgs() river.JobArgs { return r.tick }
+
+// String returns the name.
+func (r *Reconciler) String() string { return r.Name }
+
+// scanArgs is a reconciler's scan args type: jobs.ScanArgs embedded in a
+// struct of its own kind.
+type scanArgs interface {
+	~struct{ jobs.ScanArgs }
+	river.JobArgs
+}
+
+// define completes r with its job types: T its tick args, S its scan args,
+// R its row args; rowJob turns a scanned row into a row job and rowWorker
+// builds the row worker for a Set. It panics if the kinds do not follow
+// ff.<Name>.<step>, which the registry's tests catch at once.
+func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
+	rowJob func(partition int16, row store.DueRow) R,
+	rowWorker func(d *deps) river.Worker[R],
+) *Reconciler {
+	var (
+		t   T
+		s   S
+		row R
+	)
+	if r.Partitions == nil {
+		r.Partitions = flowPartitions
+	}
+	r.tick = t
+	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()
+	prefix := "ff." + r.Name + "."
+	for _, k := range []string{r.tickKind, r.scanKind} {
+		if len(k) <= len(prefix) || k[:len(prefix)] != prefix {
+			panic(fmt.Sprintf("reconciler %s: kind %s is not %s<step>", r.Name, k, prefix))
+		}
+	}
+	r.newScan = func(a jobs.ScanArgs) river.JobArgs { return S(struct{ jobs.ScanArgs }{a}) }
+	r.rowJob = func(p int16, x store.DueRow) river.JobArgs { return rowJob(p, x) }
+	def := &r
+	r.register = func(ws *river.Workers, d *deps) error {
+		if err := addWorker(ws, d, river.Worker[T](&tickWorker[T]{r: def, d: d})); err != nil {
+			return err
+		}
+		if err := addWorker(ws, d, river.Worker[S](&scanWorker[S]{r: def, d: d})); err != nil {
+			return err
+		}
+		return addWorker(ws, d, rowWorker(d))
+	}
+	r.validateJSON = map[string]func([]byte) error{
+		r.scanKind: func(b []byte) error { return jobs.ValidateJSON[S](r.scanKind, b) },
+		r.rowKind:  func(b []byte) error { return jobs.ValidateJSON[R](r.rowKind, b) },
+	}
+	return def
+}
+
+// rowKey is a scanned row's key among its partition's rows.
+func rowKey(x store.DueRow) string {
+	return x.ID + "/" + x.ID2 + "/" + strconv.Itoa(int(x.N))
+}
+
+// flowPartitions is the partition space of the execution-scoped
+// reconcilers: FlowFabric's flow partitions.
+func flowPartitions(c Config) int { return c.PartitionCount }

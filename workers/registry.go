@@ -1,0 +1,68 @@
+package workers
+
+import "slices"
+
+// registry lists every reconciler once, in the order they are shown. Adding
+// a reconciler is its args (jobs/<name>.go), its store file (the Due and the
+// row statement), its workers file (its value, built by define) and a line
+// here.
+var registry = []*Reconciler{
+	LeaseExpiry,
+	SuspensionTimeout,
+	DelayedPromotion,
+	CancelDispatch,
+	CancelReconcile,
+}
+
+// All returns every reconciler, in the registry's order.
+func All() []*Reconciler { return slices.Clone(registry) }
+
+// Names returns every reconciler's name, in the registry's order.
+func Names() []string {
+	names := make([]string, len(registry))
+	for i, r := range registry {
+		names[i] = r.Name
+	}
+	return names
+}
+
+// ByName returns the reconciler named name.
+func ByName(name string) (*Reconciler, bool) {
+	for _, r := range registry {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// Step is what a job of a reconciler does: tick, scan or row.
+type Step string
+
+// Steps.
+const (
+	StepTick Step = "tick"
+	StepScan Step = "scan"
+	StepRow  Step = "row"
+)
+
+type kindOf struct {
+	r    *Reconciler
+	step Step
+}
+
+var byKind = func() map[string]kindOf {
+	m := map[string]kindOf{}
+	for _, r := range registry {
+		m[r.tickKind] = kindOf{r, StepTick}
+		m[r.scanKind] = kindOf{r, StepScan}
+		m[r.rowKind] = kindOf{r, StepRow}
+	}
+	return m
+}()
+
+// ByKind returns the reconciler a job kind belongs to, and the job's step.
+func ByKind(kind string) (*Reconciler, Step, bool) {
+	k, ok := byKind[kind]
+	return k.r, k.step, ok
+}
