@@ -78,14 +78,15 @@
 // the re-read sees their outcome. A resolved hole is normally passed within
 // tens of milliseconds.
 //
-// Transactions are server-wide, so a long transaction anywhere (even in
-// another database) would stall the stream. Options.GapWait (default 5 s)
-// bounds the wait: past it the hole is passed with a warning, and a row that
-// commits there later is not delivered. Transactions that outlived the bound
-// are not waited for again by later holes. On a hot standby the lock table
-// does not show the primary's writers, so holes always wait for the bound
-// there; subscribe against the primary. An id taken in one transaction and
-// inserted by a later one (nextval() then an explicit event_id) is not
-// covered either, beyond the bound; FlowFabric inserts with the column
-// default.
+// Only transactions of the subscriber's database are waited for (a backend
+// writes into its own database only), but a long one there, even one that
+// never touches ff_lease_event, would stall the stream. Options.GapWait
+// (default 5 s) bounds the wait: past it the hole is passed with a warning,
+// and a row that commits there later is not delivered. Transactions that
+// outlived the bound are not waited for again by later holes. On a hot
+// standby the lock table does not show the primary's writers, so holes
+// always wait for the bound there; subscribe against the primary. An id
+// taken in one transaction and inserted by a later one (nextval() then an
+// explicit event_id) is not covered either, beyond the bound; FlowFabric
+// inserts with the column default.
 package leasehistory

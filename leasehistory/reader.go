@@ -33,7 +33,7 @@ type reader struct {
 	hold *hold
 	// ignored holds transactions that outlived gapWait while blocking a
 	// hole; later holes do not wait for them again, so one long transaction
-	// (say, a report in another database) costs one bound, not one per hole.
+	// (say, a long report) costs one bound, not one per hole.
 	ignored map[string]struct{}
 }
 

@@ -87,9 +87,12 @@ func ListenLeaseEvents(ctx context.Context, db leaseEventDB) error {
 	return nil
 }
 
-// RunningTransactions lists the transactions in progress anywhere on the
-// server, other than the caller's own, as virtual transaction ids ("3/1042";
-// prepared transactions appear as "-1/<xid>").
+// RunningTransactions lists the transactions in progress in the caller's
+// database, other than the caller's own, as virtual transaction ids
+// ("3/1042"; prepared transactions appear as "-1/<xid>"). Only they can
+// insert into its tables: a backend is connected to one database for life,
+// so transactions of other databases (pg_locks lists the whole server's)
+// are left out, and a long one there cannot stall a reader here.
 //
 // Every transaction holds an exclusive lock on its own virtual transaction id
 // from its first statement to its end, whether or not it has been assigned an
@@ -103,15 +106,19 @@ func ListenLeaseEvents(ctx context.Context, db leaseEventDB) error {
 // transactions, not the primary's writers, so callers must not rely on the
 // list there.
 //
-// Index: none; pg_locks is an in-memory view of the lock table.
+// Index: none; pg_locks and pg_stat_activity are in-memory views.
 func RunningTransactions(ctx context.Context, db leaseEventDB) (vxids []string, inRecovery bool, err error) {
 	err = db.QueryRow(ctx, `
 SELECT pg_is_in_recovery(),
-       COALESCE(array_agg(DISTINCT virtualtransaction), '{}')
-FROM pg_locks
-WHERE locktype IN ('virtualxid', 'transactionid')
-  AND granted
-  AND pid IS DISTINCT FROM pg_backend_pid()`).Scan(&inRecovery, &vxids)
+       COALESCE(array_agg(DISTINCT l.virtualtransaction), '{}')
+FROM pg_locks l
+LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype IN ('virtualxid', 'transactionid')
+  AND l.granted
+  AND l.pid IS DISTINCT FROM pg_backend_pid()
+  AND (a.datname = current_database()
+       OR (l.pid IS NULL AND EXISTS (SELECT 1 FROM pg_prepared_xacts p
+                                      WHERE p.transaction = l.transactionid AND p.database = current_database())))`).Scan(&inRecovery, &vxids)
 	if err != nil {
 		return nil, false, fmt.Errorf("list running transactions: %w", err)
 	}
