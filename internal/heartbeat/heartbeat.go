@@ -30,6 +30,8 @@ const (
 	// stopTimeout bounds the final delete on a clean stop, whose own
 	// context has already ended.
 	stopTimeout = 5 * time.Second
+	// beatTimeout bounds one beat's statements.
+	beatTimeout = 5 * time.Second
 )
 
 // Run records the process clientID in schema's heartbeat table at once and
@@ -93,7 +95,13 @@ type beater struct {
 	failures int
 }
 
+// beat records the row and trims stale ones. Its statements are not
+// cancelled with ctx but bounded by beatTimeout: a statement cancelled
+// client-side can still commit on the server after stop's delete, which
+// would leave the row of a stopped process behind (seen under load).
 func (b *beater) beat(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), beatTimeout)
+	defer cancel()
 	started, err := store.UpsertWorkerHeartbeat(ctx, b.db, b.schema, b.row)
 	if err == nil {
 		b.row.StartedAt = started
@@ -102,9 +110,6 @@ func (b *beater) beat(ctx context.Context) {
 		if n > 0 {
 			b.logger.Info("deleted heartbeats of workers gone without a clean stop", "rows", n, "older_than", StaleAfter)
 		}
-	}
-	if ctx.Err() != nil {
-		return // stopping: the error is the cancellation
 	}
 	if err != nil {
 		if b.failures%12 == 0 {
