@@ -41,7 +41,7 @@ migrate: build
 # side: most of a test's time is spent waiting for ticks. With
 # TEST_DATABASE_URL on a server with the default lock table, use 1 and 1.
 TEST_P        ?= 4
-TEST_PARALLEL ?= 4
+TEST_PARALLEL ?= 8
 test: lint
 	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
 	echo "testing against $$url ($(TEST_P) packages x $(TEST_PARALLEL) tests at a time)"; \

@@ -21,9 +21,9 @@ import (
 // and the execution's namespace and instance tag; the other tenant's do not.
 func TestReconcilerEventsArriveOnTheStream(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := testdb.New(t)
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{Namespace: "tenant-a"})
 
 	now := store.NowMs()

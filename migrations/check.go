@@ -14,10 +14,10 @@ import (
 // database FlowFabric has not (fully) migrated fails at start, naming what is
 // missing, instead of failing row by row later.
 var requiredColumns = map[string][]string{
-	"ff_exec_core": {"partition_key", "execution_id", "flow_id", "lifecycle_phase", "ownership_state",
+	"ff_exec_core": {"partition_key", "execution_id", "flow_id", "attempt_index", "lifecycle_phase", "ownership_state",
 		"eligibility_state", "public_state", "attempt_state", "cancellation_reason", "cancelled_by",
-		"terminal_at_ms", "deadline_at_ms", "raw_fields"},
-	"ff_attempt":               {"partition_key", "execution_id", "attempt_index", "lease_expires_at_ms", "outcome"},
+		"terminal_at_ms", "deadline_at_ms", "policy", "raw_fields"},
+	"ff_attempt":               {"partition_key", "execution_id", "attempt_index", "lease_expires_at_ms", "terminal_at_ms", "outcome"},
 	"ff_suspension_current":    {"partition_key", "execution_id", "timeout_at_ms", "member_map", "timeout_behavior"},
 	"ff_edge_group":            {"partition_key", "flow_id", "downstream_eid", "cancel_siblings_pending_flag", "cancel_siblings_pending_members"},
 	"ff_pending_cancel_groups": {"partition_key", "flow_id", "downstream_eid", "enqueued_at_ms"},
@@ -25,18 +25,32 @@ var requiredColumns = map[string][]string{
 		"instance_tag", "occurred_at_ms"},
 	"ff_lease_event": {"event_id", "execution_id", "lease_id", "event_type", "occurred_at_ms", "partition_key",
 		"namespace", "instance_tag"},
+	"ff_waitpoint_pending": {"partition_key", "waitpoint_id", "execution_id", "expires_at_ms", "waitpoint_key"},
+	"ff_budget_policy": {"partition_key", "budget_id", "policy_json", "updated_at_ms", "last_breach_at_ms",
+		"last_breach_dim", "next_reset_at_ms"},
+	"ff_budget_usage":    {"partition_key", "budget_id", "current_value", "last_reset_at_ms", "updated_at_ms"},
+	"ff_worker_registry": {"partition_key", "namespace", "worker_instance_id", "last_heartbeat_ms", "liveness_ttl_ms"},
+	"ff_worker_registry_event": {"partition_key", "namespace", "worker_instance_id", "event_kind", "event_at_ms",
+		"reason"},
 }
 
-// Check verifies that every ff_* table and column the worker needs exists
-// (looked up through the connection's search_path). The error names every
-// missing table and column in one message.
-func Check(ctx context.Context, pool *pgxpool.Pool) error {
+// Check verifies that the given ff_* tables (every one the worker knows when
+// none is given) exist with every column the worker reads or writes, looked
+// up through the connection's search_path. A fleet checks the tables of the
+// reconcilers it runs. The error names every missing table and column in
+// one message.
+func Check(ctx context.Context, pool *pgxpool.Pool, tables ...string) error {
+	if len(tables) == 0 {
+		for t := range requiredColumns {
+			tables = append(tables, t)
+		}
+	}
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname, a.attname
 		  FROM pg_class c
 		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
 		 WHERE c.relname = ANY($1) AND pg_table_is_visible(c.oid) AND c.relkind IN ('r', 'p')`,
-		FFTableNames())
+		tables)
 	if err != nil {
 		return fmt.Errorf("read catalog: %w", err)
 	}
@@ -56,7 +70,11 @@ func Check(ctx context.Context, pool *pgxpool.Pool) error {
 	}
 
 	var missingTables, missingColumns []string
-	for table, cols := range requiredColumns {
+	for _, table := range tables {
+		cols, known := requiredColumns[table]
+		if !known {
+			return fmt.Errorf("check schema: no columns known for table %q", table)
+		}
 		if have[table] == nil {
 			missingTables = append(missingTables, table)
 			continue

@@ -25,9 +25,12 @@ import (
 type ffTable struct {
 	name        string
 	partitioned bool
-	columns     string   // body of CREATE TABLE (...)
-	indexes     []string // CREATE INDEX statements, created on the parent
-	post        []string // functions and triggers
+	// paddedChildren: children are named <table>_p000.._p255 (the worker
+	// registry's tables) instead of <table>_p0.._p255.
+	paddedChildren bool
+	columns        string   // body of CREATE TABLE (...)
+	indexes        []string // CREATE INDEX statements, created on the parent
+	post           []string // functions and triggers
 }
 
 var ffTables = []ffTable{
@@ -62,7 +65,7 @@ var ffTables = []ffTable{
     PRIMARY KEY (partition_key, execution_id)`,
 		indexes: []string{
 			`CREATE INDEX ff_exec_core_lane_phase_idx ON ff_exec_core (partition_key, lane_id, lifecycle_phase)`,
-			`CREATE INDEX ff_exec_core_capabilities_idx ON ff_exec_core USING GIN (required_capabilities)`,
+			`CREATE INDEX ff_exec_core_caps_gin_idx ON ff_exec_core USING GIN (required_capabilities)`,
 			`CREATE INDEX ff_exec_core_flow_idx ON ff_exec_core (partition_key, flow_id) WHERE flow_id IS NOT NULL`,
 			// Scans of executions by deadline (delay-until or execution deadline) read this index.
 			`CREATE INDEX ff_exec_core_deadline_idx ON ff_exec_core (partition_key, deadline_at_ms) WHERE deadline_at_ms IS NOT NULL`,
@@ -108,7 +111,7 @@ var ffTables = []ffTable{
     timeout_behavior  text,
     PRIMARY KEY (partition_key, execution_id)`,
 		indexes: []string{
-			`CREATE INDEX ff_suspension_current_suspended_idx ON ff_suspension_current (partition_key, suspended_at_ms)`,
+			`CREATE INDEX ff_suspension_current_suspended_at_idx ON ff_suspension_current (partition_key, suspended_at_ms)`,
 			// Scans of suspensions by timeout read this index.
 			`CREATE INDEX ff_suspension_current_timeout_idx ON ff_suspension_current (partition_key, timeout_at_ms) WHERE timeout_at_ms IS NOT NULL`,
 		},
@@ -161,8 +164,8 @@ var ffTables = []ffTable{
     PRIMARY KEY (partition_key, event_id)`,
 		indexes: []string{
 			`CREATE INDEX ff_completion_event_event_id_idx ON ff_completion_event (event_id)`,
-			`CREATE INDEX ff_completion_event_undispatched_idx ON ff_completion_event (partition_key, committed_at_ms) WHERE dispatched_at_ms IS NULL`,
-			`CREATE INDEX ff_completion_event_execution_idx ON ff_completion_event (partition_key, execution_id, occurred_at_ms)`,
+			`CREATE INDEX ff_completion_event_pending_dispatch_idx ON ff_completion_event (partition_key, committed_at_ms) WHERE dispatched_at_ms IS NULL`,
+			`CREATE INDEX ff_completion_event_lookup_idx ON ff_completion_event (partition_key, execution_id, occurred_at_ms)`,
 		},
 		post: []string{
 			`CREATE OR REPLACE FUNCTION ff_notify_completion_event() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -171,7 +174,7 @@ BEGIN
     RETURN NEW;
 END
 $$`,
-			`CREATE TRIGGER ff_completion_event_notify AFTER INSERT ON ff_completion_event
+			`CREATE TRIGGER ff_completion_event_notify_trg AFTER INSERT ON ff_completion_event
     FOR EACH ROW EXECUTE FUNCTION ff_notify_completion_event()`,
 		},
 	},
@@ -188,7 +191,7 @@ $$`,
     namespace       text,
     instance_tag    text`,
 		indexes: []string{
-			`CREATE INDEX ff_lease_event_partition_idx ON ff_lease_event (partition_key, event_id)`,
+			`CREATE INDEX ff_lease_event_partition_key_idx ON ff_lease_event (partition_key, event_id)`,
 			`CREATE INDEX ff_lease_event_namespace_idx ON ff_lease_event (partition_key, namespace) WHERE namespace IS NOT NULL`,
 			`CREATE INDEX ff_lease_event_instance_tag_idx ON ff_lease_event (partition_key, instance_tag) WHERE instance_tag IS NOT NULL`,
 		},
@@ -199,9 +202,99 @@ BEGIN
     RETURN NEW;
 END
 $$`,
-			`CREATE TRIGGER ff_lease_event_notify AFTER INSERT ON ff_lease_event
+			`CREATE TRIGGER ff_lease_event_notify_trg AFTER INSERT ON ff_lease_event
     FOR EACH ROW EXECUTE FUNCTION ff_notify_lease_event()`,
 		},
+	},
+	{
+		name:        "ff_waitpoint_pending",
+		partitioned: true,
+		columns: `
+    partition_key          smallint NOT NULL,
+    waitpoint_id           uuid     NOT NULL,
+    execution_id           uuid     NOT NULL,
+    token_kid              text     NOT NULL,
+    token                  text     NOT NULL,
+    created_at_ms          bigint   NOT NULL,
+    expires_at_ms          bigint,
+    condition              jsonb,
+    waitpoint_key          text     NOT NULL DEFAULT '',
+    state                  text     NOT NULL DEFAULT 'pending',
+    required_signal_names  text[]   NOT NULL DEFAULT '{}',
+    activated_at_ms        bigint,
+    PRIMARY KEY (partition_key, waitpoint_id)`,
+		indexes: []string{
+			// Scans of waitpoints by expiry read this index.
+			`CREATE INDEX ff_waitpoint_pending_expires_idx ON ff_waitpoint_pending (partition_key, expires_at_ms) WHERE expires_at_ms IS NOT NULL`,
+			`CREATE INDEX ff_waitpoint_pending_exec_idx ON ff_waitpoint_pending (partition_key, execution_id)`,
+		},
+	},
+	{
+		name:        "ff_budget_policy",
+		partitioned: true,
+		columns: `
+    partition_key      smallint NOT NULL,
+    budget_id          text     NOT NULL,
+    policy_json        jsonb    NOT NULL,
+    created_at_ms      bigint   NOT NULL,
+    updated_at_ms      bigint   NOT NULL,
+    scope_type         text     NOT NULL DEFAULT '',
+    scope_id           text     NOT NULL DEFAULT '',
+    enforcement_mode   text     NOT NULL DEFAULT '',
+    breach_count       bigint   NOT NULL DEFAULT 0,
+    soft_breach_count  bigint   NOT NULL DEFAULT 0,
+    last_breach_at_ms  bigint,
+    last_breach_dim    text,
+    next_reset_at_ms   bigint,
+    PRIMARY KEY (partition_key, budget_id)`,
+		indexes: []string{
+			// Scans of budgets by next reset read this index.
+			`CREATE INDEX ff_budget_policy_reset_due_idx ON ff_budget_policy (partition_key, next_reset_at_ms) WHERE next_reset_at_ms IS NOT NULL`,
+		},
+	},
+	{
+		name:        "ff_budget_usage",
+		partitioned: true,
+		columns: `
+    partition_key     smallint NOT NULL,
+    budget_id         text     NOT NULL,
+    dimensions_key    text     NOT NULL,
+    current_value     bigint   NOT NULL DEFAULT 0,
+    last_reset_at_ms  bigint,
+    updated_at_ms     bigint   NOT NULL,
+    PRIMARY KEY (partition_key, budget_id, dimensions_key)`,
+	},
+	{
+		name:           "ff_worker_registry",
+		partitioned:    true,
+		paddedChildren: true,
+		columns: `
+    partition_key       smallint NOT NULL,
+    namespace           text     NOT NULL,
+    worker_instance_id  text     NOT NULL,
+    worker_id           text     NOT NULL,
+    lanes               text[]   NOT NULL,
+    capabilities_csv    text     NOT NULL,
+    last_heartbeat_ms   bigint   NOT NULL,
+    liveness_ttl_ms     bigint   NOT NULL,
+    registered_at_ms    bigint   NOT NULL,
+    PRIMARY KEY (partition_key, namespace, worker_instance_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_worker_registry_ns_inst_idx ON ff_worker_registry (namespace, worker_instance_id)`,
+		},
+	},
+	{
+		name:           "ff_worker_registry_event",
+		partitioned:    true,
+		paddedChildren: true,
+		columns: `
+    partition_key       smallint NOT NULL,
+    namespace           text     NOT NULL,
+    worker_instance_id  text     NOT NULL,
+    event_kind          text     NOT NULL,
+    event_at_ms         bigint   NOT NULL,
+    reason              text,
+    PRIMARY KEY (partition_key, namespace, worker_instance_id, event_at_ms, event_kind)`,
 	},
 }
 
@@ -281,8 +374,12 @@ func tableDDL(t ffTable) []string {
 	stmts = append(stmts, t.indexes...)
 	if t.partitioned {
 		var b strings.Builder
+		child := "%s_p%d"
+		if t.paddedChildren {
+			child = "%s_p%03d"
+		}
 		for i := range jobs.PartitionCount {
-			fmt.Fprintf(&b, "CREATE TABLE %s_p%d PARTITION OF %s FOR VALUES WITH (MODULUS %d, REMAINDER %d);\n",
+			fmt.Fprintf(&b, "CREATE TABLE "+child+" PARTITION OF %s FOR VALUES WITH (MODULUS %d, REMAINDER %d);\n",
 				t.name, i, t.name, jobs.PartitionCount, i)
 		}
 		stmts = append(stmts, b.String())

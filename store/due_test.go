@@ -19,11 +19,21 @@ type dueCase struct {
 	name string
 	due  *store.Due
 	seed func(t *testing.T, db store.DB, p int16, atMs int64, ns, tag string) string
-	// noMissing: the row is the execution itself, so it cannot lack one.
-	noMissing bool
+	// missing is what a row without its execution is: due (unless a filter
+	// is set), never due (the execution is part of what makes it due), or
+	// impossible (the row is the execution, or belongs to no tenant).
+	missing missingExec
 	// extra checks what only this reconciler's rows do.
 	extra func(t *testing.T, db store.DB, now int64)
 }
+
+type missingExec int
+
+const (
+	missingDue missingExec = iota
+	missingNotDue
+	missingImpossible
+)
 
 func execOf(t *testing.T, db store.DB, p int16, ns, tag string) string {
 	if ns == "" {
@@ -80,7 +90,7 @@ var dueCases = []dueCase{
 		},
 	},
 	{
-		name: "DelayedExecutions", due: store.DelayedExecutions, noMissing: true,
+		name: "DelayedExecutions", due: store.DelayedExecutions, missing: missingImpossible,
 		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
 			e := fftest.Delayed(p, at)
 			e.Namespace = ns
@@ -126,6 +136,101 @@ var dueCases = []dueCase{
 			}
 		},
 	},
+	{
+		name: "TimedOutAttempts", due: store.TimedOutAttempts, missing: missingNotDue,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			id := execOf(t, db, p, ns, tag)
+			fftest.InsertAttempt(t, db, p, id, 0, fftest.Ms(at))
+			return id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// An expired lease of an execution no longer active is lease
+			// expiry's alone.
+			id := fftest.InsertExec(t, db, fftest.Exec{Partition: 150, LifecyclePhase: "runnable", OwnershipState: "unowned"})
+			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
+			if got := scan(t, db, store.TimedOutAttempts, 150, now, nil, 10, store.Filter{}); len(got) != 0 {
+				t.Fatalf("an attempt of a runnable execution was scanned: %+v", got)
+			}
+		},
+	},
+	{
+		name: "PastDeadlineExecutions", due: store.PastDeadlineExecutions, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			e := fftest.Exec{Partition: p, Namespace: ns, DeadlineAtMs: fftest.Ms(at)}
+			if tag != "" {
+				e.Tags = map[string]string{"cairn.instance_id": tag}
+			}
+			return fftest.InsertExec(t, db, e)
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// deadline_at_ms also holds delay-untils, and terminal rows keep
+			// theirs: only active executions are due.
+			fftest.InsertExec(t, db, fftest.Delayed(150, now-10))
+			fftest.InsertExec(t, db, fftest.Exec{Partition: 150, LifecyclePhase: "terminal", DeadlineAtMs: fftest.Ms(now - 10)})
+			fftest.InsertExec(t, db, fftest.Exec{Partition: 150})
+			if got := scan(t, db, store.PastDeadlineExecutions, 150, now, nil, 10, store.Filter{}); len(got) != 0 {
+				t.Fatalf("a delayed, terminal or deadline-less execution was scanned: %+v", got)
+			}
+		},
+	},
+	{
+		name: "ExpiredWaitpoints", due: store.ExpiredWaitpoints,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			return fftest.InsertWaitpoint(t, db, fftest.Waitpoint{Partition: p, ExecutionID: execOf(t, db, p, ns, tag), ExpiresAtMs: fftest.Ms(at)})
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			exec := execOf(t, db, 150, "a", "")
+			active := fftest.InsertWaitpoint(t, db, fftest.Waitpoint{Partition: 150, ExecutionID: exec, State: "active", ExpiresAtMs: fftest.Ms(now - 5)})
+			fftest.InsertWaitpoint(t, db, fftest.Waitpoint{Partition: 150, ExecutionID: exec})
+			got := scan(t, db, store.ExpiredWaitpoints, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != active {
+				t.Fatalf("scan = %+v; want the active waitpoint only (one without an expiry never is)", got)
+			}
+		},
+	},
+	{
+		name: "DueBudgetResets", due: store.DueBudgetResets, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, _, _ string) string {
+			return fftest.InsertBudget(t, db, fftest.Budget{Partition: p, NextResetAtMs: fftest.Ms(at)})
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Due at exactly now (FlowFabric's <=); a budget partition beyond
+			// the budget partition count is never walked.
+			id := fftest.InsertBudget(t, db, fftest.Budget{Partition: 150, NextResetAtMs: fftest.Ms(now)})
+			fftest.InsertBudget(t, db, fftest.Budget{Partition: 150})
+			got := scan(t, db, store.DueBudgetResets, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != id {
+				t.Fatalf("scan = %+v; want the budget due at now only", got)
+			}
+			parts, err := store.DueBudgetResets.Partitions(context.Background(), db, store.NoLowerBound, now, 32, store.Filter{})
+			if err != nil || slices.Contains(parts, 150) {
+				t.Fatalf("partitions of 0..31 = %v, %v; want no 150", parts, err)
+			}
+		},
+	},
+	{
+		name: "StaleWorkers", due: store.StaleWorkers, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, _ string) string {
+			if ns == "" {
+				ns = "default"
+			}
+			id := fftest.InsertWorker(t, db, fftest.Worker{Partition: p, Namespace: ns, LastHeartbeatMs: at - 30_000, TTLMs: 30_000})
+			return ns + "/" + id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// The TTL is the row's own; a sum of exactly now is not stale
+			// (strict <); a sum past the bigint range is never stale and
+			// fails nothing.
+			stale := fftest.InsertWorker(t, db, fftest.Worker{Partition: 150, LastHeartbeatMs: now - 2_000, TTLMs: 1_000})
+			fftest.InsertWorker(t, db, fftest.Worker{Partition: 150, LastHeartbeatMs: now - 2_000, TTLMs: 60_000})
+			fftest.InsertWorker(t, db, fftest.Worker{Partition: 150, LastHeartbeatMs: now - 1_000, TTLMs: 1_000})
+			fftest.InsertWorker(t, db, fftest.Worker{Partition: 150, LastHeartbeatMs: 9_223_372_036_854_775_000, TTLMs: 10_000})
+			got := scan(t, db, store.StaleWorkers, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID2 != stale {
+				t.Fatalf("scan = %+v; want %s only", got, stale)
+			}
+		},
+	},
 }
 
 func scan(t *testing.T, db store.DB, due *store.Due, p int16, now int64, after *store.DueRow, limit int, f store.Filter) []store.DueRow {
@@ -159,8 +264,11 @@ func TestDueScans(t *testing.T) {
 			a := tc.seed(t, db, p, now-300, "a", "i1")
 			b := tc.seed(t, db, p, now-200, "b", "")
 			want := []string{a, b}
-			if !tc.noMissing {
+			switch tc.missing {
+			case missingDue:
 				want = append(want, tc.seed(t, db, p, now-100, "", ""))
+			case missingNotDue:
+				tc.seed(t, db, p, now-100, "", "")
 			}
 			if !tc.due.Always {
 				tc.seed(t, db, p, now+100, "a", "i1")
@@ -169,6 +277,14 @@ func TestDueScans(t *testing.T) {
 			tc.seed(t, db, 12, now-1, "a", "")
 			first := scan(t, db, tc.due, p, now, nil, 1, store.Filter{})
 
+			// Rows of no tenant (budgets, worker registrations) ignore the
+			// filter, as FlowFabric does.
+			onlyB, onlyA, none := []string{b}, []string{a}, []string(nil)
+			inB, inA, inNone := []int16{11}, []int16{11}, []int16{}
+			if !tc.due.Tenant {
+				onlyB, onlyA, none = want, want, want
+				inB, inA, inNone = []int16{11, 12}, []int16{11, 12}, []int16{11, 12}
+			}
 			tests := []struct {
 				name   string
 				filter store.Filter
@@ -180,10 +296,10 @@ func TestDueScans(t *testing.T) {
 				{name: "OldestFirst", limit: 10, want: want, parts: []int16{11, 12}},
 				{name: "Limit", limit: 2, want: want[:2], parts: []int16{11, 12}},
 				{name: "After", limit: 10, after: &first[0], want: want[1:], parts: []int16{11, 12}},
-				{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: []string{b}, parts: []int16{11}},
-				{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
-				{name: "NamespaceAndTag", filter: store.Filter{Namespace: "a", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: []string{a}, parts: []int16{11}},
-				{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: nil, parts: []int16{}},
+				{name: "Namespace", filter: store.Filter{Namespace: "b"}, limit: 10, want: onlyB, parts: inB},
+				{name: "Tag", filter: store.Filter{TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: onlyA, parts: inA},
+				{name: "NamespaceAndTag", filter: store.Filter{Namespace: "a", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: onlyA, parts: inA},
+				{name: "NamespaceAndTagMismatch", filter: store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, limit: 10, want: none, parts: inNone},
 			}
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {

@@ -11,9 +11,9 @@ import (
 
 func TestLeaseEventsAfterAndMax(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db := testdb.New(t)
 
 	maxID, err := MaxLeaseEventID(ctx, db.Pool)
 	if err != nil || maxID != 0 {
@@ -59,9 +59,9 @@ VALUES ('0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001', NULL, 'acquired', 1000, 3, 'ns',
 
 func TestRunningTransactions(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db := testdb.New(t)
 
 	// A transaction with no xid yet (it has only read) must be listed: it
 	// may take a sequence value next.
@@ -109,9 +109,9 @@ func TestRunningTransactions(t *testing.T) {
 
 func TestListenLeaseEvents(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	db := testdb.New(t)
 
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {

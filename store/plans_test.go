@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,49 +12,124 @@ import (
 )
 
 // TestRowStatementsReadByKey: under the work pool's session settings
-// (internal/fleet), every batched row statement reaches the rows of a small
-// partition through an index of each table it reads, never by reading the
-// partition whole, so a statement costs O(rows in its batch) whatever the
-// partition holds. The partition here holds 800 rows, like the benchmark's
-// (~860); with enable_seqscan on, Postgres reads it whole in each of these
-// statements.
+// (internal/fleet), every batched row statement reads O(rows in its batch)
+// of each table, whatever the partition holds: EXPLAIN ANALYZE (rolled
+// back) counts the rows each scan of an ff_ table returned or filtered out,
+// and a batch of 40 may read at most 3 per row (a table read twice, as a
+// statement's CTEs do, plus slack). The partition holds 10,000 rows of each
+// kind: at the benchmark's ~860 rows a partition is 19 pages and Postgres
+// rightly reads it whole rather than probe 40 keys, so a smaller seed would
+// pin nothing. A regression, a statement whose key condition no index can
+// use (a cast on the key, an OR across tables), reads the 10,000.
 func TestRowStatementsReadByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
 	const p = 7
 	const now = int64(5_000_000)
+	const batch = 40
+	const partitionRows = 10_000
 	if _, err := db.Pool.Exec(ctx, `
 		WITH ex AS (
 			INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
 			       eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
 			SELECT $1, gen_random_uuid(), 'l', 'runnable', 'unowned', 'not_eligible_until_time', 'delayed',
 			       'pending_retry_attempt', 1, $2 - g, '{}'::jsonb
-			  FROM generate_series(1, 800) AS g
+			  FROM generate_series(1, $3::int) AS g
 			RETURNING partition_key, execution_id
 		), att AS (
 			INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
 			SELECT partition_key, execution_id, 0, 1, $2 - 1 FROM ex
+		), wp AS (
+			INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
+			       expires_at_ms, waitpoint_key)
+			SELECT partition_key, gen_random_uuid(), execution_id, 'kid', 'token', 1, $2 - 1, 'wpk:' || execution_id FROM ex
 		)
 		INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, timeout_at_ms,
 		       reason_code, condition, timeout_behavior)
 		SELECT partition_key, execution_id, gen_random_uuid(), 1, $2 - 1, 'r', '{}'::jsonb, 'fail' FROM ex`,
-		p, now); err != nil {
+		p, now, partitionRows); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_exec_core, ff_attempt, ff_suspension_current`); err != nil {
+	// As many active executions past their deadline, each with its
+	// current attempt: the rows the deadline statements act on.
+	if _, err := db.Pool.Exec(ctx, `
+		WITH ex AS (
+			INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+			       eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, deadline_at_ms, raw_fields)
+			SELECT $1, gen_random_uuid(), 'l', 'active', 'leased', 'not_applicable', 'running',
+			       'running_attempt', 0, 1, $2 - g, '{}'::jsonb
+			  FROM generate_series(1, $3::int) AS g
+			RETURNING partition_key, execution_id
+		)
+		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
+		SELECT partition_key, execution_id, 0, 1, $2 + 60000 FROM ex`,
+		p, now, partitionRows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_exec_core, ff_attempt, ff_suspension_current, ff_waitpoint_pending`); err != nil {
 		t.Fatal(err)
 	}
 	rows, err := db.Pool.Query(ctx,
-		`SELECT execution_id::text FROM ff_exec_core WHERE partition_key = $1 ORDER BY execution_id LIMIT 40`, p)
+		`SELECT execution_id::text FROM ff_exec_core
+		 WHERE partition_key = $1 AND lifecycle_phase = 'runnable' ORDER BY execution_id LIMIT $2`, p, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(ids) != 40 {
+	if err != nil || len(ids) != batch {
 		t.Fatalf("ids: %d, %v", len(ids), err)
 	}
+	rows, err = db.Pool.Query(ctx, `SELECT execution_id::text FROM ff_exec_core
+		 WHERE partition_key = $1 AND lifecycle_phase = 'active' ORDER BY execution_id LIMIT $2`, p, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	active, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(active) != batch {
+		t.Fatalf("active ids: %d, %v", len(active), err)
+	}
 	attempts := make([]int32, len(ids))
+	rows, err = db.Pool.Query(ctx,
+		`SELECT waitpoint_id::text FROM ff_waitpoint_pending WHERE partition_key = $1 ORDER BY waitpoint_id LIMIT $2`, p, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitpoints, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(waitpoints) != batch {
+		t.Fatalf("waitpoints: %d, %v", len(waitpoints), err)
+	}
+	// Budgets (two usage rows each) and worker registrations of the
+	// partition, all due.
+	if _, err := db.Pool.Exec(ctx, `
+		WITH b AS (
+			INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, next_reset_at_ms)
+			SELECT $1, 'budget-' || g, '{"reset_interval_ms": 60000}'::jsonb, 1, 1, $2 - g FROM generate_series(1, $3::int) AS g
+			RETURNING partition_key, budget_id
+		), u AS (
+			INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms)
+			SELECT b.partition_key, b.budget_id, d.d, 5, 1 FROM b CROSS JOIN (VALUES ('tokens'), ('requests')) AS d(d)
+		)
+		INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
+		       last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
+		SELECT $1, 'ns', 'inst-' || g, 'worker', '{default}', '', $2 - 60000 - g, 30000, 1 FROM generate_series(1, $3::int) AS g`,
+		p, now, partitionRows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_budget_policy, ff_budget_usage, ff_worker_registry`); err != nil {
+		t.Fatal(err)
+	}
+	var budgetIDs, workerNamespaces, workerIDs []string
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT (SELECT array_agg(budget_id ORDER BY budget_id) FROM (SELECT budget_id FROM ff_budget_policy
+		          WHERE partition_key = $1 ORDER BY budget_id LIMIT $2) b),
+		       (SELECT array_agg(namespace ORDER BY worker_instance_id) FROM (SELECT namespace, worker_instance_id
+		          FROM ff_worker_registry WHERE partition_key = $1 ORDER BY worker_instance_id LIMIT $2) w),
+		       (SELECT array_agg(worker_instance_id ORDER BY worker_instance_id) FROM (SELECT worker_instance_id
+		          FROM ff_worker_registry WHERE partition_key = $1 ORDER BY worker_instance_id LIMIT $2) w)`, p, batch).
+		Scan(&budgetIDs, &workerNamespaces, &workerIDs); err != nil || len(budgetIDs) != batch || len(workerIDs) != batch {
+		t.Fatalf("budgets: %d, workers: %d, %v", len(budgetIDs), len(workerIDs), err)
+	}
 
 	tests := []struct {
 		name string
@@ -64,6 +140,14 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		{name: "ExpireSuspensions", sql: expireSuspensionSQL, args: []any{p, ids, now}},
 		{name: "Promote", sql: promoteSQL, args: []any{p, ids, now}},
 		{name: "CancelSiblings", sql: cancelSiblingsSQL, args: []any{p, ids, now, SiblingQuorumSatisfied}},
+		{name: "LockDeadlineExecutions", sql: lockDeadlineExecutionsSQL, args: []any{p, active}},
+		{name: "ExpireDeadlines", sql: expireDeadlinesSQL, args: []any{p, active, now}},
+		{name: "LockWaitpoints", sql: lockWaitpointsSQL, args: []any{p, waitpoints}},
+		{name: "CloseWaitpoints", sql: closeWaitpointsSQL, args: []any{p, waitpoints, now}},
+		// ResetBudgets runs it in a SERIALIZABLE transaction; its plan is
+		// the same outside one.
+		{name: "ResetBudgets", sql: resetBudgetsSQL, args: []any{p, budgetIDs, now}},
+		{name: "SweepWorkers", sql: sweepWorkersSQL, args: []any{p, workerNamespaces, workerIDs, now}},
 	}
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
@@ -78,18 +162,47 @@ func TestRowStatementsReadByKey(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rows, err := conn.Query(ctx, "EXPLAIN (COSTS OFF) "+tt.sql, tt.args...)
+			// EXPLAIN ANALYZE runs the statement: in a transaction rolled
+			// back, so each case sees the seeded rows.
+			tx, err := conn.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
+			defer tx.Rollback(ctx)
+			var plan []map[string]any
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+tt.sql, tt.args...).Scan(&plan); err != nil {
 				t.Fatal(err)
 			}
-			plan := strings.Join(lines, "\n")
-			if strings.Contains(plan, "Seq Scan on ff_") {
-				t.Errorf("a table of the partition is read whole:\n%s", plan)
+			for rel, n := range rowsRead(plan[0]["Plan"].(map[string]any)) {
+				t.Logf("%s: %d rows read", rel, n)
+				if n > 3*batch {
+					t.Errorf("%d rows of %s read for a batch of %d: the statement reads the partition, not its batch", n, rel, batch)
+				}
 			}
 		})
 	}
+}
+
+// childSuffix is a hash partition's suffix (ff_attempt_p007).
+var childSuffix = regexp.MustCompile(`_p[0-9]+$`)
+
+// rowsRead sums, per ff_ relation, the rows its scan nodes returned or
+// removed by a filter, over all loops: what the statement read of it.
+func rowsRead(node map[string]any) map[string]int {
+	out := map[string]int{}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if rel, ok := n["Relation Name"].(string); ok && strings.HasPrefix(rel, "ff_") && strings.Contains(n["Node Type"].(string), "Scan") {
+			num := func(k string) float64 { v, _ := n[k].(float64); return v }
+			loops := max(num("Actual Loops"), 1)
+			out[childSuffix.ReplaceAllString(rel, "")] += int((num("Actual Rows") + num("Rows Removed by Filter") + num("Rows Removed by Index Recheck")) * loops)
+		}
+		if kids, ok := n["Plans"].([]any); ok {
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+	}
+	walk(node)
+	return out
 }

@@ -3,16 +3,22 @@
 //
 // Most of it reads and writes FlowFabric's ff_* tables: each reconciler's
 // file declares its Due (what makes its rows due, and the index every query
-// of them reads; see due.go) and its row statement. The lease, suspension,
-// promotion and deadline actions are one statement each, whose
+// of them reads; see due.go) and its row statement, batched over rows of
+// one partition (batch). Most actions (lease, suspension, promotion,
+// attempt timeout, registry sweep) are one statement each, whose
 // data-modifying CTEs re-check the row's condition under its row lock: under
 // READ COMMITTED an UPDATE (or SELECT … FOR UPDATE) locks the row and
 // re-evaluates its WHERE clause against the newest committed version, which
-// is the seeds' SELECT … FOR UPDATE then check, in one round trip. The two
-// sibling-cancel actions branch on what they find (SKIP LOCKED, then a
-// probe), so they are short transactions that lock first and decide after.
-// Either way a second run of the same action finds the condition false and
-// changes nothing.
+// is the seeds' SELECT … FOR UPDATE then check, in one round trip. That
+// re-read covers the locked row only; where the action also depends on rows
+// a concurrent transaction may have inserted (execution deadline: the
+// current attempt; waitpoint expiry: the suspension), a lock statement runs
+// first in the same round trip and transaction, so the action's snapshot
+// follows the locks (batch.lock, lockFirst). Budget reset runs SERIALIZABLE,
+// as FlowFabric does. The two sibling-cancel actions branch on what they
+// find (SKIP LOCKED, then a probe), so they are short transactions that
+// lock first and decide after. Either way a second run of the same action
+// finds the condition false and changes nothing.
 //
 // A few queries read River's own tables, by SQL, for what River's API does
 // not offer: the unfinished jobs a tick skips (riverjobs.go), the queue
@@ -141,6 +147,22 @@ type batch[R any] struct {
 	// i in them (default: its key).
 	what  string
 	label func(i int) string
+	// tx, when set, runs each round in a transaction of these options
+	// (db must then be a TxBeginner); else each round is its own implicit
+	// transaction.
+	tx *pgx.TxOptions
+	// lock, when set, runs before sql in the same round trip and
+	// transaction, with the first lockArgs of sql's arguments (db must then
+	// be able to send a pgx batch): see lockFirst.
+	lock     string
+	lockArgs int
+}
+
+// TxBeginner starts a transaction with options: *pgxpool.Pool and *pgx.Conn
+// satisfy it.
+type TxBeginner interface {
+	DB
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // run executes b for keys in distinct-key rounds (see distinctRounds) and
@@ -157,10 +179,13 @@ func (b batch[R]) run(ctx context.Context, db DB, keys []string) ([]R, error) {
 		}
 		return fmt.Errorf("%s: %d rows of partition %d: %w", b.what, len(round), b.partition, err)
 	}
-	for _, round := range distinctRounds(keys) {
-		rows, err := db.Query(ctx, b.sql, b.args(round)...)
+	query := func(q DB, round []int) error {
+		if b.lock != "" {
+			q = lockFirst{DB: q, lock: b.lock, nargs: b.lockArgs}
+		}
+		rows, err := q.Query(ctx, b.sql, b.args(round)...)
 		if err != nil {
-			return nil, fail(round, err)
+			return err
 		}
 		i := 0
 		_, err = pgx.ForEachRow(rows, b.dest, func() error {
@@ -174,11 +199,51 @@ func (b batch[R]) run(ctx context.Context, db DB, keys []string) ([]R, error) {
 		if err == nil && i != len(round) {
 			err = fmt.Errorf("%d result rows for %d asked for", i, len(round))
 		}
+		return err
+	}
+	for _, round := range distinctRounds(keys) {
+		var err error
+		if b.tx == nil {
+			err = query(db, round)
+		} else {
+			txb, ok := db.(TxBeginner)
+			if !ok {
+				return nil, fmt.Errorf("%s: %T cannot begin a transaction with options", b.what, db)
+			}
+			err = retrySerialization(ctx, func() error {
+				return pgx.BeginTxFunc(ctx, txb, *b.tx, func(tx pgx.Tx) error { return query(tx, round) })
+			})
+		}
 		if err != nil {
 			return nil, fail(round, err)
 		}
 	}
 	return out, nil
+}
+
+// serializationRetries is how often a SERIALIZABLE transaction that failed
+// to serialize is tried again before its error is returned: the failure
+// means it had no effect, and running it again is what Postgres advises.
+const serializationRetries = 3
+
+// retrySerialization runs fn, again after a short, growing pause while it
+// fails with a serialization failure (SQLSTATE 40001).
+func retrySerialization(ctx context.Context, fn func() error) error {
+	var err error
+	for attempt := range serializationRetries + 1 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
+			}
+		}
+		var pgErr *pgconn.PgError
+		if err = fn(); err == nil || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+			return err
+		}
+	}
+	return err
 }
 
 // one returns the only result of a batch of one.
@@ -197,4 +262,79 @@ func pick[T any](all []T, round []int) []T {
 		out[i] = all[k]
 	}
 	return out
+}
+
+// lockFirst is a DB whose Query first runs lock, with the first nargs of
+// the query's arguments, then the query, as one pgx batch: one round trip,
+// one transaction (the batch's implicit one, or the caller's), and a
+// snapshot for the query taken after lock got its row locks. That is
+// FlowFabric's order (SELECT … FOR UPDATE, then the writes, each a
+// statement of its own): a statement that itself waits on a row lock
+// re-reads that row once it gets it (EvalPlanQual), but every other row as
+// of its start, so the rows the transaction it waited on inserted stay
+// invisible to it. Exec and QueryRow are db's own.
+type lockFirst struct {
+	DB
+	lock  string
+	nargs int
+}
+
+// batchSender sends a pgx batch: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// satisfy it.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Query runs l.lock then sql; the rows are sql's.
+func (l lockFirst) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	bs, ok := l.DB.(batchSender)
+	if !ok {
+		return nil, fmt.Errorf("%T cannot send a batch", l.DB)
+	}
+	b := &pgx.Batch{}
+	b.Queue(l.lock, args[:l.nargs]...)
+	b.Queue(sql, args...)
+	br := bs.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// batchRows are the rows of the last query of a batch. Once they are read
+// (or closed) they close the batch, which ends its implicit transaction;
+// that error, if any, is then theirs.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err = r.br.Close()
+		r.br = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
@@ -15,7 +14,6 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
-	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // TestRowsFallingDueSoonStartAtTheirDeadline: a tick finds a row due within
@@ -43,7 +41,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			var n int
 			err := db.Pool.QueryRow(ctx, `
 				SELECT count(*) OVER (), scheduled_at, attempted_at FROM river.river_job
-				 WHERE kind = $1 AND args->>'execution_id' = $2`, tt.r.RowKind(), soon).Scan(&n, &scheduledAt, &attemptedAt)
+				 WHERE kind = $1 AND args->>$3 = $2`, tt.r.RowKind(), soon, tt.idArg).Scan(&n, &scheduledAt, &attemptedAt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,18 +51,14 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			if attemptedAt.Before(scheduledAt) {
 				t.Fatalf("row job started at %s, before its deadline's %s", attemptedAt, scheduledAt)
 			}
-			// The row commits before its worker counts it.
-			fleettest.WaitFor(t, 5*time.Second, "the action counted", func() (bool, string) {
-				st := c.Snapshot()
-				return st.Applied >= 1, fleettest.Statusf("%+v", st)
-			})
+			waitApplied(t, c, 1)
 			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Applied != 1 || st.NoOps != 0 {
 				t.Fatalf("stats %+v; want 1 row enqueued ahead, applied once, no no-op", st)
 			}
 			if tt.acted(t, db.Pool, 8, far) {
 				t.Fatal("the row due in a minute was acted on")
 			}
-			if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE args->>'execution_id' = $1`, far); n != 0 {
+			if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE args->>$2 = $1`, far, tt.idArg); n != 0 {
 				t.Fatalf("%d jobs for the row due in a minute, beyond the lookahead; want none", n)
 			}
 			if f.Waker.Sent() == 0 {
@@ -82,7 +76,10 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 // only once a minute, so the second start is the waker's doing.
 func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 	t.Parallel()
-	for _, tt := range deadlineRows[:2] { // the promotion's re-check snoozes on its own (TestEarlyPromotionSnoozesUntilDue)
+	for _, tt := range deadlineRows {
+		if tt.rowJob == nil {
+			continue // the promotion's re-check snoozes on its own (TestEarlyPromotionSnoozesUntilDue)
+		}
 		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
@@ -90,14 +87,7 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 			f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), FetchPollInterval: time.Minute})
 			deadline := store.NowMs() + 1500
 			id := tt.insert(t, db.Pool, 3, deadline)
-			var args river.JobArgs
-			switch tt.r.Name {
-			case workers.LeaseExpiry.Name:
-				args = jobs.LeaseReleaseArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
-			default:
-				args = jobs.SuspensionExpireArgs{Partition: 3, ExecutionID: id, DeadlineMs: deadline}
-			}
-			res, err := f.Client.Insert(ctx, args, nil)
+			res, err := f.Client.Insert(ctx, tt.rowJob(3, id, deadline), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,6 +97,7 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 			if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
 				t.Fatalf("job = %+v; want completed in one attempt after one snooze", j)
 			}
+			waitApplied(t, f.Workers.Stats().For(tt.r.Name), 1)
 			if st := f.Workers.Stats().For(tt.r.Name).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
 				t.Fatalf("stats %+v; want applied once after one snooze", st)
 			}
@@ -128,8 +119,8 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			db := testdb.New(t)
 			f, c := startBusy(t, db, tt.r, 3*time.Second)
 			jobOf := func(id string) (state string, scheduledAt time.Time) {
-				err := db.Pool.QueryRow(ctx, `SELECT state, scheduled_at FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`,
-					tt.r.RowKind(), id).Scan(&state, &scheduledAt)
+				err := db.Pool.QueryRow(ctx, `SELECT state, scheduled_at FROM river.river_job WHERE kind = $1 AND args->>$3 = $2`,
+					tt.r.RowKind(), id, tt.idArg).Scan(&state, &scheduledAt)
 				if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 					t.Fatal(err)
 				}
@@ -171,6 +162,7 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			fleettest.WaitFor(t, 30*time.Second, "both rows acted on", func() (bool, string) {
 				return tt.acted(t, db.Pool, 5, due) && tt.acted(t, db.Pool, 5, soon), fleettest.Statusf("%+v", c.Snapshot())
 			})
+			waitApplied(t, c, 2)
 			if st := c.Snapshot(); st.Applied != 2 || st.NoOps != 0 {
 				t.Fatalf("stats %+v; want 2 applied, no no-op", st)
 			}
@@ -192,7 +184,7 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	id := tt.insert(t, db.Pool, 4, store.NowMs()+4500)
 	xmin := func() string {
 		var x string
-		err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`, tt.r.RowKind(), id).Scan(&x)
+		err := db.Pool.QueryRow(ctx, `SELECT xmin::text FROM river.river_job WHERE kind = $1 AND args->>$3 = $2`, tt.r.RowKind(), id, tt.idArg).Scan(&x)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
@@ -211,6 +203,7 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
 		return tt.acted(t, db.Pool, 4, id), fleettest.Statusf("%+v", c.Snapshot())
 	})
+	waitApplied(t, c, 1)
 	if st := c.Snapshot(); st.Enqueued != 1 || st.Applied != 1 || st.NoOps != 0 {
 		t.Fatalf("stats %+v; want one row job, applied once", st)
 	}

@@ -20,6 +20,7 @@ var CancelDispatch = define[jobs.CancelDispatchTickArgs, jobs.CancelDispatchScan
 	Name:     "cancel_dispatch",
 	Interval: time.Second,
 	Due:      store.PendingCancelGroups,
+	Tables:   []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
 }, func(p int16, x store.DueRow) jobs.CancelDispatchArgs {
 	return jobs.CancelDispatchArgs{Partition: p, FlowID: x.ID, DownstreamEID: x.ID2}
 }, func(d *deps) river.Worker[jobs.CancelDispatchArgs] { return &cancelDispatchWorker{d: d} })

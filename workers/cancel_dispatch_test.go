@@ -139,6 +139,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 	if n := dispatchJobs(""); n <= completedWhileLocked {
 		t.Fatalf("%d dispatch jobs in all, %d completed while locked; want a later job", n, completedWhileLocked)
 	}
+	waitApplied(t, f.Workers.Stats().For(workers.CancelDispatch.Name), 1)
 	if st := f.Workers.Stats().For(workers.CancelDispatch.Name).Snapshot(); st.Applied != 1 {
 		t.Fatalf("applied = %d; want exactly 1", st.Applied)
 	}

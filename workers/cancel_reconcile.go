@@ -18,6 +18,7 @@ var CancelReconcile = define[jobs.CancelReconcileTickArgs, jobs.CancelReconcileS
 	Name:     "cancel_reconcile",
 	Interval: 10 * time.Second,
 	Due:      store.PendingCancelGroups,
+	Tables:   []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
 }, func(p int16, x store.DueRow) jobs.CancelReconcileArgs {
 	return jobs.CancelReconcileArgs{Partition: p, FlowID: x.ID, DownstreamEID: x.ID2}
 }, func(d *deps) river.Worker[jobs.CancelReconcileArgs] { return &cancelReconcileWorker{d: d} })

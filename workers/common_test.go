@@ -24,8 +24,13 @@ import (
 // deadlineRow seeds and checks one row of a deadline reconciler.
 type deadlineRow struct {
 	r *workers.Reconciler
+	// idArg is the row job's JSON arg holding the id insert returns.
+	idArg string
 	// scan is the reconciler's partition scan args.
 	scan func(p int16) river.JobArgs
+	// rowJob is the row job of the row insert returned, as a scan would
+	// enqueue it for deadlineMs (nil: the reconciler's jobs carry none).
+	rowJob func(p int16, id string, deadlineMs int64) river.JobArgs
 	// insert seeds a row of partition p falling due at deadlineMs.
 	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
 	// acted says whether the row's action has been applied.
@@ -34,7 +39,10 @@ type deadlineRow struct {
 
 var deadlineRows = []deadlineRow{
 	{
-		r:    workers.LeaseExpiry, // row kind jobs.KindLeaseRelease,
+		r: workers.LeaseExpiry, idArg: "execution_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
+		},
 		scan: func(p int16) river.JobArgs { return jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
@@ -46,7 +54,10 @@ var deadlineRows = []deadlineRow{
 		},
 	},
 	{
-		r: workers.SuspensionTimeout,
+		r: workers.SuspensionTimeout, idArg: "execution_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
+		},
 		scan: func(p int16) river.JobArgs {
 			return jobs.SuspensionTimeoutScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -62,7 +73,7 @@ var deadlineRows = []deadlineRow{
 		},
 	},
 	{
-		r: workers.DelayedPromotion,
+		r: workers.DelayedPromotion, idArg: "execution_id",
 		scan: func(p int16) river.JobArgs {
 			return jobs.DelayedPromotionScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -71,6 +82,82 @@ var deadlineRows = []deadlineRow{
 		},
 		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
 			return fftest.ReadExec(t, pool, p, id).EligibilityState == "eligible_now"
+		},
+	},
+	{
+		r: workers.AttemptTimeout, idArg: "execution_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.AttemptExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs { return jobs.AttemptTimeoutScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(deadlineMs))
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			o := fftest.ReadAttempt(t, pool, p, id, 0).Outcome
+			return o != nil && *o == "interrupted"
+		},
+	},
+	{
+		r: workers.ExecutionDeadline, idArg: "execution_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.DeadlineExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs {
+			return jobs.ExecutionDeadlineScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			return fftest.InsertExec(t, pool, fftest.Exec{Partition: p, DeadlineAtMs: fftest.Ms(deadlineMs)})
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadExec(t, pool, p, id).LifecyclePhase == "terminal"
+		},
+	},
+	{
+		r: workers.WaitpointExpiry, idArg: "waitpoint_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.WaitpointCloseArgs{Partition: p, WaitpointID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs {
+			return jobs.WaitpointExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "unowned"})
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id})
+			return fftest.InsertWaitpoint(t, pool, fftest.Waitpoint{Partition: p, ExecutionID: id, Key: "approval", ExpiresAtMs: fftest.Ms(deadlineMs)})
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return !fftest.WaitpointExists(t, pool, p, id)
+		},
+	},
+	{
+		r: workers.BudgetReset, idArg: "budget_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.BudgetResetArgs{Partition: p, BudgetID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs { return jobs.BudgetResetScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			return fftest.InsertBudget(t, pool, fftest.Budget{Partition: p, NextResetAtMs: fftest.Ms(deadlineMs)})
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.ReadBudget(t, pool, p, id).NextResetAtMs == nil
+		},
+	},
+	{
+		r: workers.WorkerRegistryTTL, idArg: "worker_instance_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.WorkerSweepArgs{Partition: p, Namespace: "default", WorkerInstanceID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs {
+			return jobs.WorkerRegistryTTLScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			return fftest.InsertWorker(t, pool, fftest.Worker{Partition: p, LastHeartbeatMs: deadlineMs - 30_000, TTLMs: 30_000})
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return !fftest.WorkerExists(t, pool, p, "default", id)
 		},
 	},
 }
@@ -238,4 +325,14 @@ func requireBothRaced(t *testing.T, r *workers.Reconciler, f1, f2 *fleet.Fleet, 
 	if s1.NoOps+s2.NoOps < int64(rows) {
 		t.Fatalf("%d no-ops for %d rows with duplicate jobs; want at least one each", s1.NoOps+s2.NoOps, rows)
 	}
+}
+
+// waitApplied waits until c counts at least n applied row actions: a row
+// job's statement commits before its worker counts it, so a test that saw
+// the row change checks the counters only once they have caught up.
+func waitApplied(t *testing.T, c *workers.Counters, n int64) {
+	t.Helper()
+	fleettest.WaitFor(t, 5*time.Second, "the row actions counted", func() (bool, string) {
+		return c.Applied.Load() >= n, fleettest.Statusf("%+v", c.Snapshot())
+	})
 }

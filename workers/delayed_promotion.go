@@ -41,6 +41,7 @@ var DelayedPromotion = define[jobs.DelayedPromotionTickArgs, jobs.DelayedPromoti
 	Name:      "delayed_promotion",
 	Interval:  time.Second,
 	Due:       store.DelayedExecutions,
+	Tables:    []string{"ff_exec_core"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.PromoteArgs {
 	return jobs.PromoteArgs{Partition: &p, ExecutionID: x.ID}

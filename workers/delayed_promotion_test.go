@@ -71,6 +71,7 @@ func TestDelayedPromotionSweep(t *testing.T) {
 	if ex := fftest.ReadExec(t, db.Pool, 1, activePast); ex.LifecyclePhase != "active" || ex.DeadlineAtMs == nil {
 		t.Errorf("active execution was changed: %+v", ex)
 	}
+	waitApplied(t, f.Workers.Stats().For(workers.DelayedPromotion.Name), int64(len(due)))
 	st := f.Workers.Stats().For(workers.DelayedPromotion.Name).Snapshot()
 	if st.Applied != int64(len(due)) || st.Continuations < 2 {
 		t.Errorf("stats %+v; want %d applied and at least 2 continuations", st, len(due))

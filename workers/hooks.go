@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -104,8 +105,28 @@ func (s *Set) Middleware() []rivertype.Middleware {
 					return s.d.cancelInvalid(job, verr)
 				}
 			}
+			if err != nil {
+				s.d.logFailed(job, err)
+			}
 			return err
 		})}
+}
+
+// logFailed logs a job that failed and will be retried or discarded by
+// River: River logs it at info, which an operator running at warn (and the
+// tests) would not see. Cancels and snoozes are outcomes, not failures.
+func (d *deps) logFailed(job *rivertype.JobRow, err error) {
+	var cancel *rivertype.JobCancelError
+	var snooze *rivertype.JobSnoozeError
+	if errors.As(err, &cancel) || errors.As(err, &snooze) {
+		return
+	}
+	name := job.Kind
+	if r, _, ok := ByKind(job.Kind); ok {
+		name = r.Name
+	}
+	d.log().Warn("job failed; River retries it until its attempts run out", "reconciler", name, "kind", job.Kind,
+		"job_id", job.ID, "attempt", job.Attempt, "max_attempts", job.MaxAttempts, "error", err)
 }
 
 // argsDecodedKey carries, from Middleware to validating, the flag saying

@@ -17,6 +17,7 @@ var LeaseExpiry = define[jobs.LeaseExpiryTickArgs, jobs.LeaseExpiryScanArgs](Rec
 	Name:      "lease_expiry",
 	Interval:  1500 * time.Millisecond,
 	Due:       store.ExpiredLeases,
+	Tables:    []string{"ff_attempt", "ff_exec_core", "ff_lease_event"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.LeaseReleaseArgs {
 	return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
@@ -35,35 +36,22 @@ type leaseReleaseWorker struct {
 
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
-	c := w.d.stats(LeaseExpiry)
-	if err := w.d.beforeDeadline(LeaseExpiry, a.DeadlineMs); err != nil {
+	res, logs, ok, err := act(ctx, w.d, LeaseExpiry, job.JobRow, a.Partition, a.DeadlineMs,
+		w.releases, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
+		func(r store.ReleaseResult) bool { return r.Released },
+		"lease no longer expired under lock; nothing changed", "execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex)
+	if !ok {
 		return err
 	}
-	res, err := w.releases.Do(ctx, a.Partition, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex})
-	if err != nil {
-		c.Errors.Add(1)
-		return err
-	}
-	log := w.d.log().With("reconciler", LeaseExpiry.Name, "partition", a.Partition,
-		"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex, "job_id", job.ID)
-	if !res.Released {
-		c.NoOps.Add(1)
-		log.Debug("lease no longer expired; nothing to do")
-		jobLog(ctx).Info("lease no longer expired under lock; nothing changed", "partition", a.Partition,
-			"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex)
-		return nil
-	}
-	w.d.applied(LeaseExpiry, a.DeadlineMs)
 	switch {
 	case res.ExecMissing:
-		log.Warn("released expired lease of an attempt whose execution row is missing", "event_id", res.EventID)
+		logs.proc.Warn("released expired lease of an attempt whose execution row is missing", "event_id", res.EventID)
 	case res.RawFieldsMalformed:
-		log.Warn("released expired lease; execution raw_fields is not a JSON object, left unchanged", "event_id", res.EventID)
+		logs.proc.Warn("released expired lease; execution raw_fields is not a JSON object, left unchanged", "event_id", res.EventID)
 	default:
-		log.Debug("released expired lease", "execution_flipped", res.ExecFlipped, "event_id", res.EventID)
+		logs.proc.Debug("released expired lease", "execution_flipped", res.ExecFlipped, "event_id", res.EventID)
 	}
-	jobLog(ctx).Info("released expired lease", "partition", a.Partition, "execution_id", a.ExecutionID,
-		"attempt_index", a.AttemptIndex, "execution_flipped", res.ExecFlipped, "execution_missing", res.ExecMissing,
+	logs.job.Info("released expired lease", "execution_flipped", res.ExecFlipped, "execution_missing", res.ExecMissing,
 		"lease_event_id", res.EventID)
 	return nil
 }

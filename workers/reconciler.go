@@ -30,6 +30,9 @@ type Reconciler struct {
 	// Lookahead: its ticks and scans take rows falling due before the next
 	// tick, as row jobs that start at the row's deadline (Config.Lookahead).
 	Lookahead bool
+	// Tables are the FlowFabric tables its statements read or write; a
+	// fleet that runs it checks at start that they are migrated.
+	Tables []string
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int

@@ -12,6 +12,11 @@ var registry = []*Reconciler{
 	DelayedPromotion,
 	CancelDispatch,
 	CancelReconcile,
+	AttemptTimeout,
+	ExecutionDeadline,
+	WaitpointExpiry,
+	BudgetReset,
+	WorkerRegistryTTL,
 }
 
 // All returns every reconciler, in the registry's order.

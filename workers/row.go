@@ -7,6 +7,7 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverlog"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -22,6 +23,14 @@ func (rowDefaults[T]) Timeout(*river.Job[T]) time.Duration { return RowTimeout }
 // partition asked for while a statement is in flight share the next one.
 func batcher[K comparable, Item, Res any](d *deps, run func(ctx context.Context, partition K, items []Item) ([]Res, error)) *coalesce.Coalescer[K, Item, Res] {
 	return coalesce.New(coalesce.Config{MaxBatch: d.cfg.RowBatch, InFlight: d.cfg.RowStatements, Timeout: RowTimeout}, run)
+}
+
+// serialBatcher is batcher with one statement in flight at a time, for row
+// actions that run SERIALIZABLE: two at once would mostly fail each other
+// on predicate locks (rows of one partition share index pages), where one
+// at a time they never do. Those actions are rare (budget resets).
+func serialBatcher[K comparable, Item, Res any](d *deps, run func(ctx context.Context, partition K, items []Item) ([]Res, error)) *coalesce.Coalescer[K, Item, Res] {
+	return coalesce.New(coalesce.Config{MaxBatch: d.cfg.RowBatch, InFlight: 1, Timeout: RowTimeout}, run)
 }
 
 // snoozeWakeFloor: River's batch completer stores a snooze within about two
@@ -74,6 +83,44 @@ func (d *deps) applied(r *Reconciler, deadlineMs int64) {
 	if deadlineMs > 0 {
 		d.cfg.Observer.Lateness(r.Name, time.Since(time.UnixMilli(deadlineMs)))
 	}
+}
+
+// rowLogs are the loggers of a row job that changed its row: proc is the
+// process log with the reconciler, the row and the job; job is the job's
+// own (River UI) with the row.
+type rowLogs struct{ proc, job *slog.Logger }
+
+// act runs the common course of a deadline row job of r: it waits for the
+// deadline the row was enqueued for (beforeDeadline), asks co for the
+// row's action, counts an error, and counts and logs a no-op (the row was
+// not due any more under its lock; noop says why). When the action changed
+// the row (changed), it records the row as applied and returns the result,
+// the job's loggers and true. row names the row in logs, as attribute
+// pairs after its partition.
+func act[K comparable, R any](ctx context.Context, d *deps, r *Reconciler, job *rivertype.JobRow, partition int16, deadlineMs int64,
+	co *coalesce.Coalescer[int16, K, R], key K, changed func(R) bool, noop string, row ...any) (R, rowLogs, bool, error) {
+	var res R
+	if err := d.beforeDeadline(r, deadlineMs); err != nil {
+		return res, rowLogs{}, false, err
+	}
+	res, err := co.Do(ctx, partition, key)
+	if err != nil {
+		d.stats(r).Errors.Add(1)
+		return res, rowLogs{}, false, err
+	}
+	row = append([]any{"partition", partition}, row...)
+	logs := rowLogs{
+		proc: d.log().With(append([]any{"reconciler", r.Name, "job_id", job.ID}, row...)...),
+		job:  jobLog(ctx).With(row...),
+	}
+	if !changed(res) {
+		d.stats(r).NoOps.Add(1)
+		logs.proc.Debug(noop)
+		logs.job.Info(noop)
+		return res, logs, false, nil
+	}
+	d.applied(r, deadlineMs)
+	return res, logs, true, nil
 }
 
 // jobLog returns the logger whose output River keeps with the job (shown in

@@ -52,9 +52,10 @@ const (
 
 // Defaults of Config.
 const (
-	DefaultBatchSize     = 1000
-	DefaultRowBatch      = 64
-	DefaultRowStatements = 2
+	DefaultBatchSize            = 1000
+	DefaultRowBatch             = 64
+	DefaultRowStatements        = 2
+	DefaultBudgetPartitionCount = 32
 )
 
 // Config is what the workers share.
@@ -78,6 +79,11 @@ type Config struct {
 	// PartitionCount is the number of flow partitions scanned (0..N-1).
 	// Defaults to jobs.PartitionCount.
 	PartitionCount int
+	// BudgetPartitionCount is the number of budget partitions the budget
+	// reset walks (0..N-1), FlowFabric's num_budget_partitions: a budget of
+	// a partition beyond it is never reset. Defaults to
+	// DefaultBudgetPartitionCount.
+	BudgetPartitionCount int
 	// RiverSchema is the schema of River's tables; ticks read it to skip
 	// partitions whose row jobs are still queued. Defaults to
 	// jobs.DefaultRiverSchema.
@@ -139,6 +145,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.PartitionCount = cmp.Or(c.PartitionCount, jobs.PartitionCount)
+	c.BudgetPartitionCount = cmp.Or(c.BudgetPartitionCount, DefaultBudgetPartitionCount)
 	c.RiverSchema = cmp.Or(c.RiverSchema, jobs.DefaultRiverSchema)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -163,6 +170,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("workers: Config.BatchSize %d must be at least 1", c.BatchSize)
 	case c.PartitionCount < 1 || c.PartitionCount > jobs.PartitionCount:
 		return fmt.Errorf("workers: Config.PartitionCount %d is out of range 1..%d", c.PartitionCount, jobs.PartitionCount)
+	case c.BudgetPartitionCount < 1 || c.BudgetPartitionCount > jobs.PartitionCount:
+		return fmt.Errorf("workers: Config.BudgetPartitionCount %d is out of range 1..%d", c.BudgetPartitionCount, jobs.PartitionCount)
 	case c.RowBatch < 1:
 		return fmt.Errorf("workers: Config.RowBatch %d must be at least 1", c.RowBatch)
 	case c.RowStatements < 1:

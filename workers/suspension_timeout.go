@@ -19,6 +19,7 @@ var SuspensionTimeout = define[jobs.SuspensionTimeoutTickArgs, jobs.SuspensionTi
 	Name:      "suspension_timeout",
 	Interval:  2 * time.Second,
 	Due:       store.TimedOutSuspensions,
+	Tables:    []string{"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.SuspensionExpireArgs {
 	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
@@ -37,29 +38,15 @@ type suspensionExpireWorker struct {
 
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
-	c := w.d.stats(SuspensionTimeout)
-	if err := w.d.beforeDeadline(SuspensionTimeout, a.DeadlineMs); err != nil {
+	res, logs, ok, err := act(ctx, w.d, SuspensionTimeout, job.JobRow, a.Partition, a.DeadlineMs, w.suspensions, a.ExecutionID,
+		func(r store.SuspensionExpireResult) bool { return r.Applied },
+		"suspension resolved or timeout no longer lapsed under lock; nothing changed", "execution_id", a.ExecutionID)
+	if !ok {
 		return err
 	}
-	res, err := w.suspensions.Do(ctx, a.Partition, a.ExecutionID)
-	if err != nil {
-		c.Errors.Add(1)
-		return err
-	}
-	log := w.d.log().With("reconciler", SuspensionTimeout.Name, "partition", a.Partition,
-		"execution_id", a.ExecutionID, "job_id", job.ID)
-	if !res.Applied {
-		c.NoOps.Add(1)
-		log.Debug("suspension resolved or timeout no longer lapsed; nothing to do")
-		jobLog(ctx).Info("suspension resolved or timeout no longer lapsed under lock; nothing changed",
-			"partition", a.Partition, "execution_id", a.ExecutionID)
-		return nil
-	}
-	w.d.applied(SuspensionTimeout, a.DeadlineMs)
-	jobLog(ctx).Info("suspension timed out", "partition", a.Partition, "execution_id", a.ExecutionID,
-		"timeout_behavior", res.Behavior, "action", res.Action, "completion_event_id", res.EventID,
-		"execution_missing", res.ExecMissing)
-	log = log.With("timeout_behavior", res.Behavior, "action", res.Action)
+	logs.job.Info("suspension timed out", "timeout_behavior", res.Behavior, "action", res.Action,
+		"completion_event_id", res.EventID, "execution_missing", res.ExecMissing)
+	log := logs.proc.With("timeout_behavior", res.Behavior, "action", res.Action)
 	if res.UnknownBehavior {
 		log.Warn("unknown suspension timeout behaviour; applied as fail")
 	}

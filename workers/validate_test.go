@@ -39,6 +39,16 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindCancelDispatch, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
 		{jobs.KindCancelReconcileScan, jobs.QueueControl, ``},
 		{jobs.KindCancelReconcile, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
+		{jobs.KindAttemptTimeoutScan, jobs.QueueControl, ``},
+		{jobs.KindAttemptExpire, jobs.QueueRows, `, "execution_id": ` + id + `, "attempt_index": 0`},
+		{jobs.KindExecutionDeadlineScan, jobs.QueueControl, ``},
+		{jobs.KindDeadlineExpire, jobs.QueueRows, `, "execution_id": ` + id},
+		{jobs.KindWaitpointExpiryScan, jobs.QueueControl, ``},
+		{jobs.KindWaitpointClose, jobs.QueueRows, `, "waitpoint_id": ` + id},
+		{jobs.KindBudgetResetScan, jobs.QueueControl, ``},
+		{jobs.KindBudgetReset, jobs.QueueRows, `, "budget_id": "b-1"`},
+		{jobs.KindWorkerRegistryTTLScan, jobs.QueueControl, ``},
+		{jobs.KindWorkerSweep, jobs.QueueRows, `, "namespace": "default", "worker_instance_id": "w-1"`},
 	}
 	// Every reconciler's scan and row kinds are here, or a new reconciler
 	// would go untested.

@@ -19,26 +19,29 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--database-url", db.URL)
-	if code != 0 || !strings.HasPrefix(out, "demo: inserted 20 items") {
+	if code != 0 || !strings.HasPrefix(out, "demo: inserted 24 items") {
 		t.Fatalf("worker demo --once: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
 
 	// One deck: 3 expired + 2 expiring leases, 7 suspensions (one per
-	// behaviour), 4 delayed, 2 cancel groups, 1 orphan and 1 stale pending.
+	// behaviour), 4 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
+	// and one each of a passing deadline (leased for minutes: a sixth
+	// lease), an expiring waitpoint (of an eighth suspension, timing out
+	// after it), a budget due and a stale worker.
 	checks := []struct {
 		what string
 		sql  string
 		want int
 	}{
 		{"leases", `SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
-		   WHERE a.lease_expires_at_ms IS NOT NULL AND e.lifecycle_phase = 'active' AND e.ownership_state = 'leased'`, 5},
+		   WHERE a.lease_expires_at_ms IS NOT NULL AND e.lifecycle_phase = 'active' AND e.ownership_state = 'leased'`, 6},
 		// Expired when inserted: the demo starts each attempt 30 s before
 		// its now. (Compared with the clock, the expiring ones count too
 		// once a slow run reaches this check.)
 		{"expired leases", `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms < started_at_ms + 30000`, 3},
 		{"suspensions", `SELECT count(*) FROM ff_suspension_current s JOIN ff_exec_core e USING (partition_key, execution_id)
-		   WHERE s.timeout_at_ms IS NOT NULL AND e.lifecycle_phase = 'suspended'`, 7},
+		   WHERE s.timeout_at_ms IS NOT NULL AND e.lifecycle_phase = 'suspended'`, 8},
 		{"behaviours", `SELECT count(DISTINCT COALESCE(timeout_behavior, 'NULL')) FROM ff_suspension_current`, 7},
 		{"NULL behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior IS NULL`, 1},
 		{"unknown behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior = '` + demo.UnknownBehavior + `'`, 1},
@@ -53,6 +56,12 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		   WHERE (g.partition_key, g.flow_id, g.downstream_eid) = (p.partition_key, p.flow_id, p.downstream_eid))`, 1},
 		{"flag-false pending", `SELECT count(*) FROM ff_pending_cancel_groups JOIN ff_edge_group g USING (partition_key, flow_id, downstream_eid)
 		   WHERE NOT g.cancel_siblings_pending_flag`, 1},
+		{"deadlines", `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'active' AND deadline_at_ms IS NOT NULL`, 1},
+		{"waitpoints", `SELECT count(*) FROM ff_waitpoint_pending w JOIN ff_suspension_current s USING (partition_key, execution_id)
+		   WHERE w.expires_at_ms < s.timeout_at_ms`, 1},
+		{"budget usage", `SELECT count(*) FROM ff_budget_usage u JOIN ff_budget_policy p USING (partition_key, budget_id)
+		   WHERE p.next_reset_at_ms IS NOT NULL AND u.current_value > 0`, 2},
+		{"workers", `SELECT count(*) FROM ff_worker_registry WHERE namespace = 'demo'`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -89,11 +98,29 @@ func TestDemoFeedsUntilDuration(t *testing.T) {
 
 // TestDemoRowsGetReconciled runs a fleet with every reconciler over a demo
 // batch and checks each one's effect; a reconciler without a check fails
-// the test, so the demo keeps up with the registry.
+// the test, so the demo keeps up with the registry. It runs on the schema
+// `worker migrate --ff-schema` builds and on one FlowFabric's own
+// migrations built.
 func TestDemoRowsGetReconciled(t *testing.T) {
 	t.Parallel()
+	for _, schema := range []struct {
+		name string
+		db   func(testing.TB) *testdb.DB
+	}{
+		{"FFSchema", testdb.New},
+		// A database FlowFabric's own migrations built: every reconciler
+		// runs on it unchanged (skipped when they are not beside the clone).
+		{"FlowFabricMigrations", testdb.NewFlowFabric},
+	} {
+		t.Run(schema.name, func(t *testing.T) {
+			t.Parallel()
+			demoRowsGetReconciled(t, schema.db(t))
+		})
+	}
+}
+
+func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 	ctx := context.Background()
-	db := testdb.New(t)
 	// Dealt ten seconds in the past, every deadline has already passed:
 	// the fleet can act at once, and the test waits on no clock.
 	c, err := demo.NewFeeder(db.Pool, 7).Insert(ctx, 2*demo.DeckSize, time.Now().Add(-10*time.Second))
@@ -128,15 +155,52 @@ func TestDemoRowsGetReconciled(t *testing.T) {
 	}
 	leases := c.Items[demo.LeaseExpired] + c.Items[demo.LeaseExpiring]
 	checks := map[*workers.Reconciler]func() (bool, string){
+		// An expired lease on an active execution is due for lease expiry
+		// and attempt timeout alike: each is released once, by whichever
+		// reaches it first, with one expired lease event; an execution
+		// reaching its deadline gets one too.
 		workers.LeaseExpiry: func() (bool, string) {
 			n, ev := due(workers.LeaseExpiry), count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'demo'`)
-			return n == 0 && ev == leases, fleettest.Statusf("%d leases due, %d expired events of %d", n, ev, leases)
+			want := leases + c.Items[demo.DeadlinePassing]
+			return n == 0 && ev == want, fleettest.Statusf("%d leases due, %d expired events of %d", n, ev, want)
+		},
+		workers.AttemptTimeout: func() (bool, string) {
+			whole := count(`SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
+			   WHERE a.lease_expires_at_ms IS NULL AND e.public_state = 'running'
+			     AND ((a.outcome = 'lease_expired_reclaimable' AND e.attempt_state = 'attempt_interrupted')
+			       OR (a.outcome = 'interrupted' AND e.raw_fields->>'last_failure_message' = 'attempt_timeout'))`)
+			return due(workers.AttemptTimeout) == 0 && whole == leases,
+				fleettest.Statusf("%d of %d leases released by one reconciler's whole action", whole, leases)
+		},
+		workers.ExecutionDeadline: func() (bool, string) {
+			expired := count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal'
+			   AND raw_fields->>'last_failure_message' = 'execution_deadline'`)
+			want := c.Items[demo.DeadlinePassing]
+			return expired == want, fleettest.Statusf("%d of %d executions expired at their deadline", expired, want)
+		},
+		workers.WaitpointExpiry: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_waitpoint_pending`)
+			marked := count(`SELECT count(*) FROM ff_suspension_current WHERE member_map->'approval'->>'status' = 'never_committed'`)
+			want := c.Items[demo.WaitpointExpiring]
+			return left == 0 && marked == want, fleettest.Statusf("%d waitpoints left, %d of %d suspensions marked", left, marked, want)
+		},
+		workers.BudgetReset: func() (bool, string) {
+			zeroed := count(`SELECT count(*) FROM ff_budget_usage WHERE current_value = 0 AND last_reset_at_ms IS NOT NULL`)
+			want := 2 * c.Items[demo.BudgetDue]
+			return zeroed == want && due(workers.BudgetReset) == 0, fleettest.Statusf("%d of %d usage rows reset", zeroed, want)
+		},
+		workers.WorkerRegistryTTL: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_worker_registry`)
+			swept := count(`SELECT count(*) FROM ff_worker_registry_event WHERE event_kind = 'ttl_swept'`)
+			want := c.Items[demo.WorkerStale]
+			return left == 0 && swept == want, fleettest.Statusf("%d registrations left, %d of %d swept", left, swept, want)
 		},
 		workers.SuspensionTimeout: func() (bool, string) {
 			// Auto-resume keeps its suspension with the timeout cleared;
-			// every other behaviour deletes it.
+			// every other behaviour deletes it. Suspensions waiting on a
+			// waitpoint time out a minute later.
 			n, left := due(workers.SuspensionTimeout), count(`SELECT count(*) FROM ff_suspension_current`)
-			want := c.Behaviors["auto_resume_with_timeout_signal"]
+			want := c.Behaviors["auto_resume_with_timeout_signal"] + c.Items[demo.WaitpointExpiring]
 			return n == 0 && left == want, fleettest.Statusf("%d due, %d suspensions left (want %d)", n, left, want)
 		},
 		workers.DelayedPromotion: func() (bool, string) {

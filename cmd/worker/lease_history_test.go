@@ -20,9 +20,9 @@ var leaseHistoryQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func TestLeaseHistoryJSONAndResume(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := testdb.New(t)
 	_, err := db.Pool.Exec(ctx, `
 INSERT INTO ff_lease_event (execution_id, lease_id, event_type, occurred_at_ms, partition_key, namespace, instance_tag)
 VALUES ('0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001', NULL, 'acquired', 1700000000123, 7, 'prod', 'i-1'),
@@ -101,9 +101,9 @@ VALUES ('0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001', NULL, 'acquired', 1700000000123,
 
 func TestLeaseHistoryTextFollow(t *testing.T) {
 	t.Parallel()
+	db := testdb.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	db := testdb.New(t)
 	insert := func(part int) {
 		t.Helper()
 		if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)

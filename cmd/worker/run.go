@@ -58,6 +58,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	}
 	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", workers.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
 	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
+	f.Int(&fc.BudgetPartitionCount, "budget-partition-count", "FF_BUDGET_PARTITION_COUNT", workers.DefaultBudgetPartitionCount, "budget partitions budget_reset walks, 0..N-1 (FlowFabric's num_budget_partitions)")
 	f.String(&fc.Filter.Namespace, "namespace", "FF_NAMESPACE", "", "only reconcile executions of this namespace (raw_fields.namespace)")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only reconcile executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
 	f.Int(&fc.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "row jobs River runs at once by this process (most wait for their row's statement)")
@@ -114,7 +115,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	for _, c := range []struct {
 		flag string
 		v    int
-	}{{"batch-size", fc.BatchSize}, {"partition-count", fc.PartitionCount}, {"row-workers", fc.RowWorkers},
+	}{{"batch-size", fc.BatchSize}, {"partition-count", fc.PartitionCount}, {"budget-partition-count", fc.BudgetPartitionCount}, {"row-workers", fc.RowWorkers},
 		{"work-conns", fc.WorkConns}, {"row-batch", fc.RowBatch}} {
 		if c.v == 0 {
 			return nil, badUsage("--%s must be at least 1, got 0", c.flag)

@@ -427,10 +427,10 @@ func waitDrained(ctx context.Context, timeout time.Duration, remaining func(cont
 
 // scenarios lists the throughput benchmarks.
 func scenarios() []scenario {
-	return []scenario{leaseScenario, suspensionScenario, promotionScenario}
+	return []scenario{leaseScenario, suspensionScenario, promotionScenario, attemptScenario}
 }
 
 // latenessRuns lists the lateness benchmarks.
 func latenessRuns() []latenessRun {
-	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness}
+	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, attemptLateness}
 }

@@ -50,6 +50,9 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 	if err := leaseScenario.seed(ctx, e, 0, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
+	if err := seedIdleTimers(ctx, e, e.cfg.ScaleSmall); err != nil {
+		return res, err
+	}
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
@@ -180,6 +183,43 @@ func (e *env) backendCPU(ctx context.Context, apps []string) (map[int]float64, e
 	return out, nil
 }
 
+// seedIdleTimers adds not-due rows to the tables of the timers beyond the
+// lease: n waitpoints expiring in an hour (of suspended executions), a
+// thousand budgets resetting in an hour, and 512 live worker registrations.
+func seedIdleTimers(ctx context.Context, e *env, n int) error {
+	_, err := e.pool.Exec(ctx, `
+		WITH ex AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms)
+		    SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', 'suspended', 'unowned', 'not_applicable',
+		           'suspended', 'attempt_interrupted', 1
+		      FROM generate_series(1, $1) AS g
+		    RETURNING partition_key, execution_id
+		)
+		INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms, expires_at_ms)
+		SELECT partition_key, gen_random_uuid(), execution_id, 'kid', 'token', 1, $2::bigint FROM ex`,
+		n, time.Now().UnixMilli()+3_600_000)
+	if err != nil {
+		return fmt.Errorf("seed idle waitpoints: %w", err)
+	}
+	_, err = e.pool.Exec(ctx, `
+		INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, next_reset_at_ms)
+		SELECT (g % 32)::smallint, 'bench-' || g, '{"reset_interval_ms": 3600000}'::jsonb, 1, 1, $1::bigint
+		  FROM generate_series(1, 1000) AS g`, time.Now().UnixMilli()+3_600_000)
+	if err != nil {
+		return fmt.Errorf("seed idle budgets: %w", err)
+	}
+	_, err = e.pool.Exec(ctx, `
+		INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
+		       last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
+		SELECT (g % 256)::smallint, 'bench', 'bench-' || g, 'bench', '{default}', '', $1::bigint, 3600000, 1
+		  FROM generate_series(1, 512) AS g`, time.Now().UnixMilli())
+	if err != nil {
+		return fmt.Errorf("seed idle workers: %w", err)
+	}
+	return nil
+}
+
 // clockTicks is USER_HZ, 100 on Linux.
 const clockTicks = 100
 
@@ -204,7 +244,60 @@ func seedIdleLoops() []seedIdleLoop {
 			return nil
 		}
 	}
+	// FlowFabric's whole Postgres scanner supervisor (scanner_supervisor.rs):
+	// its eight loops at their default intervals. execution_deadline and
+	// pending_wp_expiry are not among them (FlowFabric runs them on Valkey
+	// only), nor is a delayed-promotion sweep.
 	return []seedIdleLoop{
+		{"attempt_timeout", workers.AttemptTimeout.Interval, perPartition(`
+			SELECT a.execution_id, a.attempt_index FROM ff_attempt a
+			  JOIN ff_exec_core c ON c.partition_key = a.partition_key AND c.execution_id = a.execution_id
+			 WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2
+			   AND c.lifecycle_phase = 'active'
+			 ORDER BY a.lease_expires_at_ms ASC LIMIT $3`)},
+		// budget_reset walks the 32 budget partitions, 20 rows a batch.
+		{"budget_reset", workers.BudgetReset.Interval, func(ctx context.Context, db *pgxpool.Pool) error {
+			now := time.Now().UnixMilli()
+			for p := range int16(workers.DefaultBudgetPartitionCount) {
+				rows, err := db.Query(ctx, `SELECT budget_id FROM ff_budget_policy
+					 WHERE partition_key = $1 AND next_reset_at_ms IS NOT NULL AND next_reset_at_ms <= $2
+					 ORDER BY next_reset_at_ms ASC LIMIT 20`, p, now)
+				if err != nil {
+					return err
+				}
+				rows.Close()
+			}
+			return nil
+		}},
+		// The registry TTL sweep: one DELETE per registry partition.
+		{"worker_registry_ttl", workers.WorkerRegistryTTL.Interval, func(ctx context.Context, db *pgxpool.Pool) error {
+			now := time.Now().UnixMilli()
+			for p := range int16(workers.RegistryPartitionCount) {
+				if _, err := db.Exec(ctx, `WITH swept AS (
+					    DELETE FROM ff_worker_registry WHERE partition_key = $1 AND last_heartbeat_ms + liveness_ttl_ms < $2
+					    RETURNING partition_key, namespace, worker_instance_id
+					), ev AS (
+					    INSERT INTO ff_worker_registry_event (partition_key, namespace, worker_instance_id, event_kind, event_at_ms, reason)
+					    SELECT partition_key, namespace, worker_instance_id, 'ttl_swept', $2, NULL FROM swept
+					    ON CONFLICT DO NOTHING RETURNING 1
+					) SELECT count(*) FROM swept`, p, now); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		// The dependency reconciler (not part of this fleet): one global
+		// query for stale undispatched completion events, every 15 s.
+		{"dependency", 15 * time.Second, func(ctx context.Context, db *pgxpool.Pool) error {
+			rows, err := db.Query(ctx, `SELECT event_id, namespace, instance_tag FROM ff_completion_event
+				 WHERE dispatched_at_ms IS NULL AND committed_at_ms < $1
+				   AND ($2::text IS NULL OR namespace = $2) AND ($3::text IS NULL OR instance_tag = $3)
+				 ORDER BY event_id ASC LIMIT 1000`, time.Now().UnixMilli()-1000, nil, nil)
+			if err == nil {
+				rows.Close()
+			}
+			return err
+		}},
 		{"lease_expiry", workers.LeaseExpiry.Interval, perPartition(`
 			SELECT execution_id, attempt_index FROM ff_attempt
 			 WHERE partition_key = $1 AND lease_expires_at_ms IS NOT NULL AND lease_expires_at_ms < $2

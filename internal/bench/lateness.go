@@ -208,6 +208,7 @@ func collectFloats(rows pgx.Rows, err error) ([]float64, error) {
 var leaseLateness = latenessRun{
 	name:       "lease expiry",
 	reconciler: "lease_expiry",
+	configure:  withoutAttemptTimeout,
 	feed: func(ctx context.Context, e *env, n int, deadlineMs int64) error {
 		_, err := e.pool.Exec(ctx, `
 			WITH ex AS (

@@ -13,7 +13,8 @@ import (
 // (not in store/) because it is a yardstick, not something the worker runs.
 
 var leaseScenario = scenario{
-	name: "lease_expiry",
+	name:      "lease_expiry",
+	configure: withoutAttemptTimeout,
 	seed: func(ctx context.Context, e *env, due, notDue int) error {
 		now := store.NowMs()
 		for _, batch := range []struct {

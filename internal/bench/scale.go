@@ -106,7 +106,9 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
-	rate, stats, _, err := e.runOurs(ctx, workers.LeaseExpiry.Name, e.cfg.Backlog, func(ctx context.Context) (int, error) {
+	fc := e.fleetConfig()
+	withoutAttemptTimeout(&fc)
+	rate, stats, _, err := e.runOurs(ctx, fc, workers.LeaseExpiry.Name, e.cfg.Backlog, func(ctx context.Context) (int, error) {
 		return leaseScenario.remaining(ctx, e.pool)
 	})
 	if err != nil {

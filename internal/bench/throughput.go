@@ -29,6 +29,8 @@ type rowKey struct {
 // the reference designs act on it.
 type scenario struct {
 	name string
+	// configure adjusts our fleet (which runs every reconciler otherwise).
+	configure func(*fleet.Config)
 	// seed inserts due rows (deadline passed) and not-due rows.
 	seed func(ctx context.Context, e *env, due, notDue int) error
 	// remaining counts the due rows left.
@@ -91,7 +93,11 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		return res, err
 	}
 	e.progress("throughput %s: ours (%d due, %d not due)", sc.name, due, notDue)
-	rate, stats, oursCPU, err := e.runOurs(ctx, sc.name, due, remaining)
+	fc := withCommit(e.fleetConfig(), e.commit)
+	if sc.configure != nil {
+		sc.configure(&fc)
+	}
+	rate, stats, oursCPU, err := e.runOurs(ctx, fc, sc.name, due, remaining)
 	if err != nil {
 		return res, err
 	}
@@ -169,8 +175,8 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 // own counters: polling a count over 256 partitions every few milliseconds
 // would take ~1,000 locks each time and slow down what it measures. The
 // database is asked once at the end that nothing is left.
-func (e *env) runOurs(ctx context.Context, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, CPUCost, error) {
-	f, err := fleet.New(ctx, withCommit(e.fleetConfig(), e.commit))
+func (e *env) runOurs(ctx context.Context, fc fleet.Config, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, CPUCost, error) {
+	f, err := fleet.New(ctx, fc)
 	if err != nil {
 		return 0, "", CPUCost{}, fmt.Errorf("fleet: %w", err)
 	}

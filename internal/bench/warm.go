@@ -12,13 +12,6 @@ import (
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
-// tablesOf lists the FlowFabric tables each reconciler's statements touch.
-var tablesOf = map[string][]string{
-	workers.LeaseExpiry.Name:       {"ff_attempt", "ff_exec_core", "ff_lease_event"},
-	workers.SuspensionTimeout.Name: {"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
-	workers.DelayedPromotion.Name:  {"ff_exec_core"},
-}
-
 // warm has n connections of pool plan a statement over every partition of
 // the reconciler's tables, so that each design runs on connections in the
 // state a long-running process's are in. A backend builds its cache entries
@@ -28,12 +21,12 @@ var tablesOf = map[string][]string{
 // the rows, partly warm from it, while each of our work connections paid for
 // it inside the measured window (docs/performance.md, "Warm connections").
 func warm(ctx context.Context, pool *pgxpool.Pool, n int, reconciler string) error {
-	tables, ok := tablesOf[reconciler]
+	r, ok := workers.ByName(reconciler)
 	if !ok {
 		return fmt.Errorf("warm connections: no tables listed for reconciler %q", reconciler)
 	}
 	return eachConn(ctx, pool, n, func(c *pgxpool.Conn) error {
-		for _, t := range tables {
+		for _, t := range r.Tables {
 			// EXPLAIN plans without running: the planner opens every
 			// partition of t and each of its indexes.
 			if _, err := c.Exec(ctx, "EXPLAIN SELECT 1 FROM "+pgx.Identifier{t}.Sanitize()); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -261,6 +262,45 @@ func badCases() []badCase {
 				return id, timedOut(p, id, "suspension_timeout_expire", "expired", 1), goodSuspension(t, db, p)
 			},
 		},
+		{
+			// Leased for minutes, so only the deadline reconciler acts.
+			name: "RawFieldsArrayPastDeadline",
+			warn: "raw_fields is not a JSON object",
+			seed: func(t *testing.T, db *testdb.DB, p int16) (string, check, check) {
+				id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: p, RawFields: []int{1}, DeadlineAtMs: past()})
+				fftest.InsertAttempt(t, db.Pool, p, id, 0, fftest.Ms(store.NowMs()+10*60_000))
+				return id, phase(p, id, "terminal", nil), goodDeadline(t, db, p)
+			},
+		},
+		{
+			name: "WaitpointWithoutExecution",
+			warn: "whose execution row is missing",
+			seed: func(t *testing.T, db *testdb.DB, p int16) (string, check, check) {
+				id := fftest.InsertWaitpoint(t, db.Pool, fftest.Waitpoint{Partition: p, ExecutionID: fftest.NewUUID(), ExpiresAtMs: past()})
+				return id, waitpointClosed(p, id), goodWaitpoint(t, db, p)
+			},
+		},
+		{
+			// Budgets live in 32 partitions (--budget-partition-count).
+			name: "BudgetIntervalNotANumber",
+			warn: "reset_interval_ms is not a whole number",
+			seed: func(t *testing.T, db *testdb.DB, p int16) (string, check, check) {
+				p %= workers.DefaultBudgetPartitionCount
+				id := fftest.InsertBudget(t, db.Pool, fftest.Budget{Partition: p, Policy: map[string]any{"reset_interval_ms": "soon"},
+					NextResetAtMs: past()})
+				fftest.InsertBudgetUsage(t, db.Pool, p, id, "tokens", 5)
+				return id, budgetReset(p, id, false), goodBudget(t, db, p)
+			},
+		},
+		{
+			// now + TTL overflows a bigint: never stale, never an error.
+			name: "WorkerTTLOverflowing",
+			seed: func(t *testing.T, db *testdb.DB, p int16) (string, check, check) {
+				id := fftest.InsertWorker(t, db.Pool, fftest.Worker{Partition: p, Namespace: "ns", LastHeartbeatMs: 1,
+					TTLMs: math.MaxInt64})
+				return id, workerKept(p, id), goodWorker(t, db, p)
+			},
+		},
 	}
 }
 
@@ -440,7 +480,84 @@ func goodGroup(t *testing.T, db *testdb.DB, p int16) check {
 	return c
 }
 
+func goodDeadline(t *testing.T, db *testdb.DB, p int16) check {
+	id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: p, Namespace: "ns", DeadlineAtMs: fftest.Ms(store.NowMs() - 5000)})
+	fftest.InsertAttempt(t, db.Pool, p, id, 0, fftest.Ms(store.NowMs()+10*60_000))
+	return phase(p, id, "terminal", nil)
+}
+
+func goodWaitpoint(t *testing.T, db *testdb.DB, p int16) check {
+	exec := suspendedExec(t, db, p, nil)
+	fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: p, ExecutionID: exec, TimeoutAtMs: fftest.Ms(store.NowMs() + 10*60_000)})
+	return waitpointClosed(p, fftest.InsertWaitpoint(t, db.Pool, fftest.Waitpoint{Partition: p, ExecutionID: exec,
+		Key: "approval", ExpiresAtMs: fftest.Ms(store.NowMs() - 5000)}))
+}
+
+func goodBudget(t *testing.T, db *testdb.DB, p int16) check {
+	id := fftest.InsertBudget(t, db.Pool, fftest.Budget{Partition: p, Policy: map[string]any{"reset_interval_ms": 60_000},
+		NextResetAtMs: fftest.Ms(store.NowMs() - 5000)})
+	fftest.InsertBudgetUsage(t, db.Pool, p, id, "tokens", 5)
+	return budgetReset(p, id, true)
+}
+
+func goodWorker(t *testing.T, db *testdb.DB, p int16) check {
+	id := fftest.InsertWorker(t, db.Pool, fftest.Worker{Partition: p, Namespace: "ns", LastHeartbeatMs: store.NowMs() - 60_000})
+	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
+		var left, swept int
+		err := db.QueryRow(ctx, `SELECT
+			  (SELECT count(*) FROM ff_worker_registry WHERE namespace = 'ns' AND worker_instance_id = $1),
+			  (SELECT count(*) FROM ff_worker_registry_event WHERE namespace = 'ns' AND worker_instance_id = $1
+			      AND event_kind = 'ttl_swept')`, id).Scan(&left, &swept)
+		if err != nil {
+			return false, err.Error()
+		}
+		return left == 0 && swept == 1, fmt.Sprintf("worker %d/%s: %d registrations, %d ttl_swept events", p, id, left, swept)
+	}
+}
+
 // ---- checks ----
+
+func waitpointClosed(p int16, id string) check {
+	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM ff_waitpoint_pending WHERE partition_key = $1 AND waitpoint_id = $2`,
+			p, id).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n == 0, fmt.Sprintf("waitpoint %d/%s still pending", p, id)
+	}
+}
+
+// budgetReset: the budget's usage is zeroed, with a next reset scheduled
+// when next (else none).
+func budgetReset(p int16, id string, next bool) check {
+	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
+		var value int64
+		var nextAt *int64
+		err := db.QueryRow(ctx, `SELECT u.current_value, b.next_reset_at_ms FROM ff_budget_policy b
+			 JOIN ff_budget_usage u USING (partition_key, budget_id) WHERE b.partition_key = $1 AND b.budget_id = $2`,
+			p, id).Scan(&value, &nextAt)
+		if err != nil {
+			return false, err.Error()
+		}
+		return value == 0 && (nextAt != nil) == next && (nextAt == nil || *nextAt > store.NowMs()),
+			fmt.Sprintf("budget %d/%s: usage %d, next reset %s", p, id, value, deref(nextAt))
+	}
+}
+
+// workerKept: the registration is still there, without events.
+func workerKept(p int16, id string) check {
+	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
+		var left, events int
+		err := db.QueryRow(ctx, `SELECT
+			  (SELECT count(*) FROM ff_worker_registry WHERE partition_key = $1 AND worker_instance_id = $2),
+			  (SELECT count(*) FROM ff_worker_registry_event WHERE worker_instance_id = $2)`, p, id).Scan(&left, &events)
+		if err != nil {
+			return false, err.Error()
+		}
+		return left == 1 && events == 0, fmt.Sprintf("worker %d/%s: %d registrations, %d events", p, id, left, events)
+	}
+}
 
 func allOf(checks ...check) check {
 	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
@@ -455,7 +572,10 @@ func allOf(checks ...check) check {
 
 // released: the attempt's lease is released with its outcome, the execution
 // is in wantPhase ("" when it has no row), and events expired lease events
-// exist.
+// exist. An expired lease of an active execution is attempt timeout's too:
+// if it got there first, the attempt is interrupted and the execution
+// terminal (the test's executions have no retry policy), with the same
+// lease event.
 func released(p int16, id, wantPhase string, events int) check {
 	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
 		var expires *int64
@@ -465,8 +585,11 @@ func released(p int16, id, wantPhase string, events int) check {
 		if err != nil {
 			return false, fmt.Sprintf("attempt %s: %v", id, err)
 		}
-		if expires != nil || outcome == nil || *outcome != "lease_expired_reclaimable" {
-			return false, fmt.Sprintf("attempt %s: lease %v, outcome %v", id, expires, outcome)
+		if expires != nil || outcome == nil || (*outcome != "lease_expired_reclaimable" && *outcome != "interrupted") {
+			return false, fmt.Sprintf("attempt %s: lease %v, outcome %v", id, deref(expires), deref(outcome))
+		}
+		if *outcome == "interrupted" {
+			wantPhase = "terminal"
 		}
 		if ok, status := phase(p, id, wantPhase, nil)(ctx, db); !ok {
 			return false, status
@@ -566,11 +689,11 @@ func pendingGone(p int16, flow, down string) check {
 	}
 }
 
-func deref(s *string) string {
-	if s == nil {
+func deref[T any](v *T) string {
+	if v == nil {
 		return "<nil>"
 	}
-	return *s
+	return fmt.Sprint(*v)
 }
 
 // ---- logs ----

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
 
 // binDir holds the worker binary, built once per test binary.
@@ -33,7 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := m.Run()
+	code := testdb.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

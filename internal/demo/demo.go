@@ -1,8 +1,10 @@
 // Package demo feeds a realistic workload into the ff_* tables so that a
 // fleet started with `make run` has something to reconcile and River UI and
 // `worker status` have something to show: expiring leases, timing-out
-// suspensions of every behaviour, delayed executions coming due and quorum
-// edge groups with pending sibling cancels, spread over all partitions.
+// suspensions of every behaviour, delayed executions coming due, quorum
+// edge groups with pending sibling cancels, executions reaching their
+// deadline, expiring waitpoints, budgets due for a reset and worker
+// registrations going stale, spread over all partitions.
 //
 // The SQL lives here rather than in package store on purpose. store holds
 // the statements the reconcilers run against a production FlowFabric
@@ -16,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"time"
 
@@ -31,10 +34,15 @@ const (
 	InstanceTag    = "demo-1"
 )
 
+// DemoBudgetPartitions is the number of budget partitions the demo's
+// budgets use: FlowFabric's default num_budget_partitions, which the budget
+// reset walks by default.
+const DemoBudgetPartitions = 32
+
 // DefaultRate is the default number of items per second: about what a
 // small FlowFabric deployment produces, and enough to keep every reconciler
 // busy without flooding River UI.
-const DefaultRate = 20
+const DefaultRate = 24
 
 // UnknownBehavior is a timeout_behavior FlowFabric does not define; the
 // suspension-timeout reconciler applies it as fail.
@@ -68,10 +76,23 @@ const (
 	// StalePending is a pending cancel row whose edge group has its flag
 	// clear, as a flow cancel writes it (for the cancel reconciler).
 	StalePending
+	// DeadlinePassing is an active execution, leased well into the
+	// future, whose execution deadline passes about now.
+	DeadlinePassing
+	// WaitpointExpiring is a suspended execution waiting on a waitpoint
+	// that expires about now; its suspension times out a minute later.
+	WaitpointExpiring
+	// BudgetDue is a budget with usage in two dimensions whose reset falls
+	// due about now, and every minute after.
+	BudgetDue
+	// WorkerStale is a worker registration whose heartbeat goes past its
+	// liveness TTL about now.
+	WorkerStale
 	numKinds
 )
 
-var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group", "orphan_pending", "stale_pending"}
+var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group",
+	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -85,11 +106,13 @@ func (k Kind) String() string {
 // are seven Suspension entries, one per behaviour in turn), so one
 // second at the default rate, or one --once batch, has a bit of everything.
 // Leases come in both flavours so that River UI shows releases arriving
-// steadily rather than only in bursts.
+// steadily rather than only in bursts. An expired lease on an active
+// execution is due for both lease expiry and attempt timeout, as in
+// FlowFabric: whichever reaches it first applies its action.
 var deck = []Kind{
-	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension,
-	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, Suspension, Delayed,
-	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, Delayed,
+	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
+	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
+	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale,
 }
 
 // DeckSize is the smallest batch holding every kind and behaviour.
@@ -139,9 +162,11 @@ func (c *Counts) Add(o Counts) {
 
 // String is the one-line summary `worker demo` prints.
 func (c Counts) String() string {
-	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), orphan pending %d, stale pending %d",
+	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), "+
+		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d",
 		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
-		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending])
+		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending], c.Items[DeadlinePassing],
+		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale])
 }
 
 // Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -286,6 +311,52 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		f.edgeGroup(b, p, flow, downstream, false, nil, 0)
 		f.pending(b, p, flow, downstream, due(nowMs))
 		c.Rows += 3
+	case DeadlinePassing:
+		// Running, its lease renewed for minutes, but over its deadline.
+		id := f.uuid()
+		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
+			public: "running", attempt: "running_attempt", startedMs: nowMs - 60_000,
+			deadlineMs: due(f.between(nowMs, -2000, 4000)), nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
+		        lease_epoch, lease_expires_at_ms, started_at_ms)
+		 VALUES ($1, $2, 0, 'demo-worker-0', 'demo-worker-i1', 3, $3, $4)`, p, id, nowMs+600_000, nowMs-60_000)
+		c.Rows += 2
+	case WaitpointExpiring:
+		id := f.uuid()
+		f.exec(b, execRow{p: p, id: id, phase: "suspended", ownership: "unowned", eligibility: "not_applicable",
+			public: "suspended", attempt: "attempt_interrupted", startedMs: nowMs - 60_000, nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
+		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
+		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, 'fail')`,
+			p, id, f.uuid(), nowMs-60_000, nowMs+60_000)
+		b.Queue(`INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
+		        expires_at_ms, waitpoint_key, state, required_signal_names, activated_at_ms)
+		 VALUES ($1, $2, $3, 'demo-kid', 'demo-token', $4, $5, 'approval', 'active', '{approval}', $4)`,
+			p, f.uuid(), id, nowMs-60_000, due(f.between(nowMs, -2000, 4000)))
+		c.Rows += 3
+	case BudgetDue:
+		bp := int16(f.rng.IntN(DemoBudgetPartitions))
+		id := "demo-budget-" + f.uuid()[:8]
+		b.Queue(`INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms,
+		        scope_type, scope_id, enforcement_mode, breach_count, last_breach_at_ms, last_breach_dim, next_reset_at_ms)
+		 VALUES ($1, $2, '{"hard_limit": 1000, "reset_interval_ms": 60000}'::jsonb, $3, $3, 'flow', $4, 'hard', 1, $3, 'tokens', $5)`,
+			bp, id, nowMs-60_000, f.uuid(), due(f.between(nowMs, -2000, 4000)))
+		for _, dim := range []string{"tokens", "calls"} {
+			b.Queue(`INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms)
+			 VALUES ($1, $2, $3, $4, $5)`, bp, id, dim, 1+f.rng.Int64N(1000), nowMs-1000)
+		}
+		c.Rows += 3
+	case WorkerStale:
+		// Partitioned as FlowFabric does: FNV-1a of the instance id.
+		inst := "demo-worker-" + f.uuid()[:8]
+		h := fnv.New64a()
+		h.Write([]byte(inst))
+		const ttl = 15_000
+		b.Queue(`INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes,
+		        capabilities_csv, last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
+		 VALUES ($1, $2, $3, 'demo-worker', '{default}', 'gpu,llm', $4, $5, $6)`,
+			int16(h.Sum64()%256), Namespace, inst, due(f.between(nowMs, -2000, 4000))-ttl, ttl, nowMs-300_000)
+		c.Rows++
 	}
 }
 

@@ -35,7 +35,10 @@ type Exec struct {
 	EligibilityState string
 	PublicState      string
 	AttemptState     string
+	AttemptIndex     int32
 	DeadlineAtMs     *int64
+	// Policy is stored as JSON; nil stores NULL.
+	Policy any
 	// RawFields is stored as JSON; nil builds {"namespace": Namespace,
 	// "tags": Tags} from the two fields below (omitting empty ones).
 	RawFields any
@@ -74,16 +77,23 @@ func InsertExec(t testing.TB, db store.DB, e Exec) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var flow any
+	var flow, policy any
 	if e.FlowID != "" {
 		flow = e.FlowID
 	}
+	if e.Policy != nil {
+		b, err := json.Marshal(e.Policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy = string(b)
+	}
 	_, err = db.Exec(context.Background(), `
 		INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		       eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
-		VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, 1, $9, $10::jsonb)`,
+		       eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, deadline_at_ms, policy, raw_fields)
+		VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, $9, 1, $10, $11::jsonb, $12::jsonb)`,
 		e.Partition, e.ID, flow, e.LifecyclePhase, e.OwnershipState, e.EligibilityState, e.PublicState,
-		e.AttemptState, e.DeadlineAtMs, string(rawJSON))
+		e.AttemptState, e.AttemptIndex, e.DeadlineAtMs, policy, string(rawJSON))
 	if err != nil {
 		t.Fatalf("insert ff_exec_core: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,6 +56,10 @@ type Config struct {
 	// PartitionCount is the number of flow partitions scanned. Defaults to
 	// jobs.PartitionCount.
 	PartitionCount int
+	// BudgetPartitionCount is the number of budget partitions the budget
+	// reset walks, FlowFabric's num_budget_partitions. Defaults to
+	// workers.DefaultBudgetPartitionCount.
+	BudgetPartitionCount int
 
 	// RowWorkers is the number of row jobs River runs at once. Row jobs
 	// mostly wait for their row's statement (RowBatch, RowStatements), so
@@ -179,6 +184,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, workers.DefaultBatchSize)
 	c.PartitionCount = cmp.Or(c.PartitionCount, jobs.PartitionCount)
+	c.BudgetPartitionCount = cmp.Or(c.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
 	c.RowWorkers = cmp.Or(c.RowWorkers, DefaultRowWorkers)
 	c.SynchronousCommit = cmp.Or(c.SynchronousCommit, "on")
 	c.RowBatch = cmp.Or(c.RowBatch, workers.DefaultRowBatch)
@@ -217,6 +223,7 @@ func (c Config) validate() error {
 	}{
 		{"batch size", c.BatchSize, 1, 10000},
 		{"partition count", c.PartitionCount, 1, jobs.PartitionCount},
+		{"budget partition count", c.BudgetPartitionCount, 1, jobs.PartitionCount},
 		{"row batch", c.RowBatch, 1, 1000},
 		{"row statements", c.RowStatements, 1, 1000},
 		{"row workers", c.RowWorkers, 1, 10000},
@@ -260,6 +267,21 @@ func (c Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// tables returns the FlowFabric tables the enabled reconcilers touch.
+func (c Config) tables() []string {
+	var out []string
+	for _, r := range workers.All() {
+		if _, ok := c.Reconcilers[r.Name]; ok {
+			for _, t := range r.Tables {
+				if !slices.Contains(out, t) {
+					out = append(out, t)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // ticks returns the periodic ticks of the enabled reconcilers, in the
@@ -353,7 +375,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 
 func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) error {
 	cfg := f.Config
-	if err := migrations.Check(ctx, f.WorkPool); err != nil {
+	if err := migrations.Check(ctx, f.WorkPool, cfg.tables()...); err != nil {
 		return err
 	}
 	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
@@ -380,19 +402,20 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		}, func() float64 { return float64(w.Sent()) }))
 	}
 	set, err := workers.New(workers.Config{
-		Pool:           f.WorkPool,
-		TickPool:       f.TickPool,
-		Filter:         cfg.Filter,
-		BatchSize:      cfg.BatchSize,
-		PartitionCount: cfg.PartitionCount,
-		RiverSchema:    cfg.RiverSchema,
-		Logger:         cfg.Logger,
-		Stats:          stats,
-		Observer:       f.Metrics,
-		RowBatch:       cfg.RowBatch,
-		RowStatements:  cfg.RowStatements,
-		Lookahead:      lookaheads(cfg.Reconcilers, cfg.Lookahead),
-		Wake:           wake,
+		Pool:                 f.WorkPool,
+		TickPool:             f.TickPool,
+		Filter:               cfg.Filter,
+		BatchSize:            cfg.BatchSize,
+		PartitionCount:       cfg.PartitionCount,
+		BudgetPartitionCount: cfg.BudgetPartitionCount,
+		RiverSchema:          cfg.RiverSchema,
+		Logger:               cfg.Logger,
+		Stats:                stats,
+		Observer:             f.Metrics,
+		RowBatch:             cfg.RowBatch,
+		RowStatements:        cfg.RowStatements,
+		Lookahead:            lookaheads(cfg.Reconcilers, cfg.Lookahead),
+		Wake:                 wake,
 	})
 	if err != nil {
 		return err

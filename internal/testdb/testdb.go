@@ -1,10 +1,12 @@
 // Package testdb gives each test its own real PostgreSQL database, migrated
 // with River's tables and the 256-partition ff_* schema.
 //
-// Creating 7 tables × 256 partitions takes seconds, so the schema is built
-// once into a template database (named after the DDL's fingerprint, so a DDL
-// change rebuilds it) and each test clones it with CREATE DATABASE … TEMPLATE,
-// which takes a fraction of that. Databases are dropped when the test ends.
+// Creating 12 tables × 256 partitions takes many seconds, so the schema is
+// built once into a template database (named after the DDL's fingerprint, so
+// a DDL change rebuilds it) and tests get clones of it (CREATE DATABASE …
+// TEMPLATE), emptied and reused across the tests of a package that calls
+// Main (see reuse.go). Databases are dropped when their test ends, or at the
+// latest when the package's tests are done.
 //
 // The server is TEST_DATABASE_URL, else DATABASE_URL, else
 // dbconn.DefaultURL (the local server, without TLS).
@@ -13,10 +15,14 @@ package testdb
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -55,10 +61,15 @@ func WithDatabase(base, name string) (string, error) {
 	return u.String(), nil
 }
 
+// A template database per schema flavour, built once per process.
 var (
 	templateOnce sync.Once
 	templateName string
 	templateErr  error
+
+	ffTemplateOnce sync.Once
+	ffTemplateName string
+	ffTemplateErr  error
 )
 
 // DB is one test database.
@@ -75,14 +86,16 @@ func New(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	templateOnce.Do(func() { templateName, templateErr = ensureTemplate(ctx) })
+	templateOnce.Do(func() {
+		templateName, templateErr = ensureTemplate(ctx, "ffr_tmpl_", migrations.Fingerprint(), migrateInto)
+	})
 	if templateErr != nil {
 		t.Fatalf("testdb: build template database: %v", templateErr)
 	}
 
 	// The template has no open connections (ensureTemplate closes its own), so
 	// many tests may clone it at once.
-	return create(t, ctx, " TEMPLATE "+pgx.Identifier{templateName}.Sanitize())
+	return create(t, ctx, templateName)
 }
 
 // NewEmpty creates a database with nothing in it (no River, no ff tables)
@@ -94,32 +107,64 @@ func NewEmpty(t testing.TB) *DB {
 	return create(t, ctx, "")
 }
 
-// create makes a database named ffr_t_<random> (with the given CREATE
-// DATABASE options), opens a pool on it and drops it when t ends.
-func create(t testing.TB, ctx context.Context, options string) *DB {
+// create gives t a database cloned from template (empty when template is
+// ""): a spare one of this process (see Reuse) or a new one, named
+// ffr_t_<pid>_<random>. It opens a pool on it and, when t ends, releases it.
+func create(t testing.TB, ctx context.Context, template string) *DB {
 	t.Helper()
-	admin, err := pgx.Connect(ctx, AdminURL())
-	if err != nil {
-		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
-	}
-	defer admin.Close(ctx)
-	name := "ffr_t_" + randomSuffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
-		t.Fatalf("testdb: create database %s: %v", name, err)
+	name, ok := takeSpare(template)
+	if !ok {
+		name = clone(t, ctx, template)
 	}
 	dbURL, err := WithDatabase(AdminURL(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil && ok {
+		// A spare gone (dropped by another process's sweep): clone anew.
+		if pool != nil {
+			pool.Close()
+		}
+		return create(t, ctx, template)
+	}
 	if err != nil {
-		t.Fatalf("testdb: open pool: %v", err)
+		t.Fatalf("testdb: open pool on %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		pool.Close()
-		dropDatabase(name)
+		release(name, template)
 	})
 	return &DB{Name: name, URL: dbURL, Pool: pool}
+}
+
+// clone creates a new database from template.
+func clone(t testing.TB, ctx context.Context, template string) string {
+	t.Helper()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatalf("testdb: connect to %s: %v", redactedAdmin(), err)
+	}
+	defer admin.Close(ctx)
+	sweepDead(ctx, admin)
+	name := newName()
+	options := ""
+	if template != "" {
+		options = " TEMPLATE " + pgx.Identifier{template}.Sanitize()
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
+		t.Fatalf("testdb: create database %s: %v", name, err)
+	}
+	if template != "" {
+		if err := recordDigest(ctx, name, template); err != nil {
+			dropDatabase(name)
+			t.Fatalf("testdb: %v", err)
+		}
+	}
+	return name
 }
 
 func dropDatabase(name string) {
@@ -133,12 +178,120 @@ func dropDatabase(name string) {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
-// ensureTemplate builds the template database once per server and DDL
-// version. Test binaries of several packages run in parallel, so the build
-// is serialised with an advisory lock and published by a rename only when
-// complete.
-func ensureTemplate(ctx context.Context) (string, error) {
-	name := "ffr_tmpl_" + migrations.Fingerprint()
+// NewFlowFabric creates a database migrated the way a FlowFabric deployment
+// is: FlowFabric's own migrations (see FlowFabricMigrations), applied in name
+// order, then River's tables and the worker table, as `worker migrate`
+// without --ff-schema adds them. It drops the database when t ends, and
+// skips t, saying why, when FlowFabric's migrations are not beside the
+// clone.
+func NewFlowFabric(t testing.TB) *DB {
+	t.Helper()
+	dir, err := FlowFabricMigrations()
+	if err != nil {
+		t.Skipf("skipped: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	ffTemplateOnce.Do(func() {
+		var fp string
+		if fp, ffTemplateErr = dirFingerprint(dir); ffTemplateErr == nil {
+			ffTemplateName, ffTemplateErr = ensureTemplate(ctx, "ffr_fftmpl_", fp, func(ctx context.Context, dbURL string) error {
+				pool, err := pgxpool.New(ctx, dbURL)
+				if err != nil {
+					return err
+				}
+				defer pool.Close()
+				if err := ApplyFlowFabric(ctx, pool, dir); err != nil {
+					return err
+				}
+				if _, err := migrations.ApplyRiver(ctx, pool, RiverSchema, nil); err != nil {
+					return err
+				}
+				return migrations.ApplyWorkerTable(ctx, pool, RiverSchema)
+			})
+		}
+	})
+	if ffTemplateErr != nil {
+		t.Fatalf("testdb: build FlowFabric template database: %v", ffTemplateErr)
+	}
+	return create(t, ctx, ffTemplateName)
+}
+
+// FlowFabricMigrations returns the directory of FlowFabric's own Postgres
+// migrations: $FF_MIGRATIONS_DIR, else shared/flowfabric/migrations beside
+// this clone (../shared from the module root), as CI has it. The error says
+// why there is none (a lone clone).
+func FlowFabricMigrations() (string, error) {
+	if d := os.Getenv("FF_MIGRATIONS_DIR"); d != "" {
+		return d, nil
+	}
+	root, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(root)
+		if parent == root {
+			return "", errors.New("no go.mod above the test's directory")
+		}
+		root = parent
+	}
+	dir := filepath.Join(filepath.Dir(root), "shared", "flowfabric", "migrations")
+	if files, _ := filepath.Glob(filepath.Join(dir, "*.sql")); len(files) == 0 {
+		return "", fmt.Errorf("FlowFabric's migrations are not at %s (a clone without ../shared beside it; set FF_MIGRATIONS_DIR to run this test)", dir)
+	}
+	return dir, nil
+}
+
+// ApplyFlowFabric applies every *.sql file of dir to pool, in name order,
+// each as one multi-statement string, as FlowFabric's migrator applies them.
+func ApplyFlowFabric(ctx context.Context, pool *pgxpool.Pool, dir string) error {
+	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		sql, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, string(sql), pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("FlowFabric migration %s: %w", filepath.Base(f), err)
+		}
+	}
+	return nil
+}
+
+func dirFingerprint(dir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(files)
+	h := sha256.New()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		h.Write([]byte(filepath.Base(f)))
+		h.Write(b)
+	}
+	h.Write([]byte(migrations.Fingerprint())) // River's and the worker table's DDL ride along
+	return hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
+// ensureTemplate builds a template database named prefix+fingerprint once
+// per server and DDL version, with migrate. Test binaries of several
+// packages run in parallel, so the build is serialised with an advisory lock
+// and published by a rename only when complete; templates of the same prefix
+// and another fingerprint are dropped.
+func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate func(ctx context.Context, dbURL string) error) (string, error) {
+	name := prefix + fingerprint
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		return "", fmt.Errorf("connect to %s: %w", redactedAdmin(), err)
@@ -158,7 +311,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	}
 
 	// Templates of older DDL versions and half-built ones are of no further use.
-	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'ffr\_tmpl\_%'`)
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, prefix)
 	if err != nil {
 		return "", err
 	}
@@ -180,7 +333,7 @@ func ensureTemplate(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := migrateInto(ctx, buildURL); err != nil {
+	if err := migrate(ctx, buildURL); err != nil {
 		return "", err
 	}
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s",
