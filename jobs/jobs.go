@@ -40,9 +40,12 @@ import (
 )
 
 // Queues. Ticks and scans are few and must not wait behind a backlog of row
-// actions, so they have a queue of their own.
+// actions, so they have queues of their own; ticks have one apart from the
+// scans, worked one at a time per process, so that ticks slowed down (a
+// loaded server) can never hold every worker the scans need.
 const (
-	QueueControl = "ff_control" // ticks and partition scans
+	QueueTicks   = "ff_ticks"   // periodic ticks
+	QueueControl = "ff_control" // partition scans
 	QueueRows    = "ff_rows"    // one job per row action
 )
 
@@ -75,12 +78,6 @@ const (
 	RowMaxAttempts  = 5
 )
 
-// ScanPriority is the River priority of partition scans. Ticks keep River's
-// default (1), so River fetches a tick before the scans still queued from
-// the previous one: a late tick delays every row it would find, a late scan
-// only its partition's.
-const ScanPriority = 2
-
 // RiverSchedulerInterval is how often River's scheduler makes scheduled
 // jobs available (River's fixed default; not configurable in v0.51). A job
 // scheduled for a time therefore starts up to this much after it.
@@ -89,7 +86,6 @@ const RiverSchedulerInterval = 5 * time.Second
 func scanOpts() river.InsertOpts {
 	return river.InsertOpts{
 		Queue:       QueueControl,
-		Priority:    ScanPriority,
 		MaxAttempts: ScanMaxAttempts,
 		UniqueOpts:  river.UniqueOpts{ByArgs: true, ByState: UnfinishedStates},
 	}
@@ -104,11 +100,16 @@ func rowOpts() river.InsertOpts {
 }
 
 // TickInsertOpts are the insert options of a reconciler's periodic tick.
-// ByPeriod uniqueness makes a leader change neither skip nor double a tick.
-func TickInsertOpts(interval time.Duration) *river.InsertOpts {
+// A reconciler has at most one unfinished tick: a tick that is due while
+// the last one still waits or runs is skipped, so ticks slower than their
+// interval (a loaded server) never pile up, and a new leader's first tick
+// joins its predecessor's last instead of doubling it. A tick is idempotent
+// (scans are unique per partition), so one that follows another closely
+// costs a probe, nothing more.
+func TickInsertOpts() *river.InsertOpts {
 	return &river.InsertOpts{
-		Queue:       QueueControl,
+		Queue:       QueueTicks,
 		MaxAttempts: TickMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByPeriod: interval},
+		UniqueOpts:  river.UniqueOpts{ByState: UnfinishedStates},
 	}
 }

@@ -25,12 +25,18 @@ const workerTableDDL = `CREATE TABLE IF NOT EXISTS %s (
     pid          integer NOT NULL,
     version      text,
     started_at   timestamptz NOT NULL,
-    heartbeat_at timestamptz NOT NULL
+    heartbeat_at timestamptz NOT NULL,
+    config       jsonb
 )`
 
+// workerTableConfigDDL adds the config column to a table created before it
+// existed. It holds the process's fleet configuration (the settings that
+// shape its jobs), which a starting process compares with the live ones'.
+const workerTableConfigDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS config jsonb`
+
 // ApplyWorkerTable creates schema (if missing) and the worker heartbeat
-// table in it (if missing). Like the ff_* DDL it never alters an existing
-// table, so running it again is a no-op.
+// table in it (if missing), and adds the config column to a table of an
+// earlier version. Running it again is a no-op.
 //
 // It runs apart from ApplyRiver because the table is ours, not River's:
 // rivermigrate knows nothing of it and must never be asked to.
@@ -49,8 +55,12 @@ func ApplyWorkerTable(ctx context.Context, pool *pgxpool.Pool, schema string) er
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize()); err != nil {
 			return fmt.Errorf("create schema: %w", err)
 		}
-		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableDDL, pgx.Identifier{schema, WorkerTableName}.Sanitize())); err != nil {
+		table := pgx.Identifier{schema, WorkerTableName}.Sanitize()
+		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableDDL, table)); err != nil {
 			return fmt.Errorf("create table: %w", err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableConfigDDL, table)); err != nil {
+			return fmt.Errorf("add config column: %w", err)
 		}
 		return nil
 	})

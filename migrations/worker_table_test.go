@@ -43,13 +43,13 @@ func TestApplyWorkerTableIdempotentAndValidatesSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	const want = "client_id text NO, hostname text NO, pid integer NO, version text YES, " +
-		"started_at timestamp with time zone NO, heartbeat_at timestamp with time zone NO"
+		"started_at timestamp with time zone NO, heartbeat_at timestamp with time zone NO, config jsonb YES"
 	if cols != want {
 		t.Fatalf("columns:\n got %s\nwant %s", cols, want)
 	}
 
 	// A second run leaves an existing table, and its rows, alone.
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO river_w.ffreconcile_worker VALUES ('c1', 'h', 1, NULL, now(), now())`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO river_w.ffreconcile_worker VALUES ('c1', 'h', 1, NULL, now(), now(), NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.ApplyWorkerTable(ctx, db.Pool, "river_w"); err != nil {
@@ -58,5 +58,17 @@ func TestApplyWorkerTableIdempotentAndValidatesSchema(t *testing.T) {
 	var n int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_w.ffreconcile_worker`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("rows after second run: %d, %v; want 1", n, err)
+	}
+
+	// A table of an earlier version, without config, gains the column
+	// and keeps its rows.
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE river_w.ffreconcile_worker DROP COLUMN config`); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.ApplyWorkerTable(ctx, db.Pool, "river_w"); err != nil {
+		t.Fatalf("ApplyWorkerTable on an earlier version's table: %v", err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_w.ffreconcile_worker WHERE config IS NULL`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after adding config: %d, %v; want 1", n, err)
 	}
 }

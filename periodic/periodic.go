@@ -45,7 +45,7 @@ func Jobs(ticks []Tick) ([]*river.PeriodicJob, error) {
 		args, interval := t.Args, t.Interval
 		out = append(out, river.NewPeriodicJob(
 			river.PeriodicInterval(interval),
-			func() (river.JobArgs, *river.InsertOpts) { return args, jobs.TickInsertOpts(interval) },
+			func() (river.JobArgs, *river.InsertOpts) { return args, jobs.TickInsertOpts() },
 			&river.PeriodicJobOpts{ID: kind, RunOnStart: true},
 		))
 	}

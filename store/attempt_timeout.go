@@ -74,7 +74,7 @@ type AttemptTimeoutResult struct {
 //     instance tag (FlowFabric leaves the completion event's NULL).
 //
 // Index: each table's primary key.
-const expireAttemptsSQL = `
+var expireAttemptsSQL = `
 WITH input AS (
     SELECT i.execution_id, i.attempt_index, i.ord
       FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS i(execution_id, attempt_index, ord)
@@ -94,6 +94,7 @@ WITH input AS (
                                      THEN (p.mr #>> '{}')::bigint END AS n) v
      WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM att)
        AND e.lifecycle_phase = 'active'
+       AND ` + tenantSQL("e", 5) + `
      ORDER BY e.execution_id
        FOR UPDATE OF e
 ), up_att AS (
@@ -154,7 +155,10 @@ SELECT up_ex.execution_id IS NOT NULL,
 // the same attempt changes nothing (its lease is released). A second attempt
 // of an execution already in the batch goes to a following statement, where
 // it finds the execution no longer active, as it would alone.
-func ExpireAttempts(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64) ([]AttemptTimeoutResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func ExpireAttempts(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64, f Filter) ([]AttemptTimeoutResult, error) {
 	ids := make([]string, len(refs))
 	idx := make([]int32, len(refs))
 	for i, r := range refs {
@@ -162,8 +166,10 @@ func ExpireAttempts(ctx context.Context, db DB, partition int16, refs []LeaseRef
 	}
 	var r AttemptTimeoutResult
 	return batch[AttemptTimeoutResult]{
-		sql:  expireAttemptsSQL,
-		args: func(round []int) []any { return []any{partition, pick(ids, round), pick(idx, round), nowMs} },
+		sql: expireAttemptsSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(ids, round), pick(idx, round), nowMs}, f.args()...)
+		},
 		dest: []any{&r.Applied, &r.Retried, &r.RawFieldsMalformed, &r.PolicyMalformed, &r.EventID, &r.CompletionEventID},
 		read: func() AttemptTimeoutResult { return r },
 		what: "expire timed-out attempt", partition: partition,

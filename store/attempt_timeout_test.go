@@ -197,7 +197,7 @@ func TestExpireAttemptsBatch(t *testing.T) {
 	fftest.InsertAttempt(t, pool, p, later, 0, fftest.Ms(now+1000))
 
 	refs := []store.LeaseRef{{ExecutionID: retry}, {ExecutionID: term}, {ExecutionID: later}, {ExecutionID: term, AttemptIndex: 1}, {ExecutionID: fftest.NewUUID()}}
-	res, err := store.ExpireAttempts(ctx, pool, p, refs, now)
+	res, err := store.ExpireAttempts(ctx, pool, p, refs, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestExpireAttemptRechecksUnderLock(t *testing.T) {
 	done := make(chan []store.AttemptTimeoutResult, 1)
 	errc := make(chan error, 1)
 	go func() {
-		res, err := store.ExpireAttempts(ctx, pool, 9, []store.LeaseRef{{ExecutionID: id}}, now)
+		res, err := store.ExpireAttempts(ctx, pool, 9, []store.LeaseRef{{ExecutionID: id}}, now, store.Filter{})
 		if err != nil {
 			errc <- err
 			return
@@ -292,12 +292,12 @@ func TestAttemptTimeoutAndLeaseExpiryRace(t *testing.T) {
 		start := make(chan struct{})
 		wg.Go(func() {
 			<-start
-			_, err := store.ReleaseExpiredLease(ctx, pool, p, id, 0, now)
+			_, err := store.ReleaseExpiredLease(ctx, pool, p, id, 0, now, store.Filter{})
 			errs <- err
 		})
 		wg.Go(func() {
 			<-start
-			_, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id}}, now)
+			_, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id}}, now, store.Filter{})
 			errs <- err
 		})
 		close(start)
@@ -341,7 +341,7 @@ func deref(s *string) string {
 
 func expireOne(t *testing.T, db store.DB, p int16, id string, attempt int32, now int64) store.AttemptTimeoutResult {
 	t.Helper()
-	res, err := store.ExpireAttempts(context.Background(), db, p, []store.LeaseRef{{ExecutionID: id, AttemptIndex: attempt}}, now)
+	res, err := store.ExpireAttempts(context.Background(), db, p, []store.LeaseRef{{ExecutionID: id, AttemptIndex: attempt}}, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

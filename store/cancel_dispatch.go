@@ -61,10 +61,13 @@ const (
 	// changed. The pending row stays, so the next dispatch scan offers the
 	// group again.
 	LeftLocked
+	// DispatchOutsideTenant: the group's downstream execution is missing
+	// or of another tenant than the filter's; nothing changed.
+	DispatchOutsideTenant
 )
 
 func (o DispatchOutcome) String() string {
-	return outcomeName(o, "DispatchOutcome", "dispatched", "orphaned", "left_for_reconciler", "left_locked")
+	return outcomeName(o, "DispatchOutcome", "dispatched", "orphaned", "left_for_reconciler", "left_locked", "outside_tenant")
 }
 
 // outcomeName names o, one of the iota + 1 constants whose names are given
@@ -132,9 +135,16 @@ const SiblingQuorumSatisfied = "sibling_quorum_satisfied"
 // (LeftLocked) rather than waited for, and a non-locking probe tells it from
 // a missing group (Orphaned). A second call for a drained group finds the
 // flag clear and changes nothing.
-func DispatchCancelGroup(ctx context.Context, db Beginner, partition int16, flowID, downstreamEID string, nowMs int64) (DispatchResult, error) {
+//
+// f is the fleet's tenant filter: a group whose downstream execution is
+// outside it is left unchanged (an OutsideTenant outcome).
+func DispatchCancelGroup(ctx context.Context, db Beginner, partition int16, flowID, downstreamEID string, nowMs int64, f Filter) (DispatchResult, error) {
 	var r DispatchResult
 	err := inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
+		if in, err := execInTenant(ctx, tx, partition, downstreamEID, f); err != nil || !in {
+			r.Outcome = DispatchOutsideTenant
+			return false, err
+		}
 		flag, members, found, err := lockEdgeGroup(ctx, tx, partition, flowID, downstreamEID, true)
 		if err != nil {
 			return false, err

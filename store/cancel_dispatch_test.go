@@ -47,7 +47,7 @@ func newCancelFixture(t *testing.T, db store.DB, p int16, flag bool, enqueuedAt 
 
 func (f cancelFixture) dispatch(t *testing.T, db store.Beginner, now int64) store.DispatchResult {
 	t.Helper()
-	res, err := store.DispatchCancelGroup(context.Background(), db, f.p, f.flow, f.down, now)
+	res, err := store.DispatchCancelGroup(context.Background(), db, f.p, f.flow, f.down, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (f cancelFixture) dispatch(t *testing.T, db store.Beginner, now int64) stor
 
 func (f cancelFixture) reconcile(t *testing.T, db store.Beginner) store.ReconcileResult {
 	t.Helper()
-	res, err := store.ReconcileCancelGroup(context.Background(), db, f.p, f.flow, f.down)
+	res, err := store.ReconcileCancelGroup(context.Background(), db, f.p, f.flow, f.down, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestDispatchCancelGroup(t *testing.T) {
 	t.Run("OrphanIsDeleted", func(t *testing.T) {
 		flow, down := fftest.NewUUID(), fftest.NewUUID()
 		fftest.InsertPendingCancel(t, pool, 81, flow, down, 1)
-		res, err := store.DispatchCancelGroup(ctx, pool, 81, flow, down, now)
+		res, err := store.DispatchCancelGroup(ctx, pool, 81, flow, down, now, store.Filter{})
 		if err != nil || res.Outcome != store.Orphaned || !res.PendingDeleted {
 			t.Fatalf("result = %+v, %v; want orphaned, deleted", res, err)
 		}
 		if fftest.PendingCancelExists(t, pool, 81, flow, down) {
 			t.Fatal("orphan pending row kept")
 		}
-		if res, err := store.DispatchCancelGroup(ctx, pool, 81, flow, down, now); err != nil || res.Changed() {
+		if res, err := store.DispatchCancelGroup(ctx, pool, 81, flow, down, now, store.Filter{}); err != nil || res.Changed() {
 			t.Fatalf("second run = %+v, %v; want no change", res, err)
 		}
 	})
@@ -240,7 +240,7 @@ func TestCancelGroupWithNullMembers(t *testing.T) {
 	}
 	fftest.InsertPendingCancel(t, db.Pool, 4, flow, down, 1)
 
-	res, err := store.DispatchCancelGroup(ctx, db.Pool, 4, flow, down, store.NowMs())
+	res, err := store.DispatchCancelGroup(ctx, db.Pool, 4, flow, down, store.NowMs(), store.Filter{})
 	if err != nil {
 		t.Fatalf("dispatch: %v", err)
 	}

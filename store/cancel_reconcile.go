@@ -26,10 +26,13 @@ const (
 	// LeftLive: the flag is set and a listed member is still live; nothing
 	// changed. The dispatcher cancels it.
 	LeftLive
+	// ReconcileOutsideTenant: the group's downstream execution is missing
+	// or of another tenant than the filter's; nothing changed.
+	ReconcileOutsideTenant
 )
 
 func (o ReconcileOutcome) String() string {
-	return outcomeName(o, "ReconcileOutcome", "pending_gone", "stale_deleted", "cleared", "left_live")
+	return outcomeName(o, "ReconcileOutcome", "pending_gone", "stale_deleted", "cleared", "left_live", "outside_tenant")
 }
 
 // ReconcileResult says what ReconcileCancelGroup did.
@@ -60,9 +63,16 @@ func (r ReconcileResult) Changed() bool { return r.Outcome == StaleDeleted || r.
 // instead of deferring a whole interval. Locks are taken in the dispatcher's
 // order, edge group then pending row, so the two cannot deadlock; the wait
 // is bounded by the caller's context.
-func ReconcileCancelGroup(ctx context.Context, db Beginner, partition int16, flowID, downstreamEID string) (ReconcileResult, error) {
+//
+// f is the fleet's tenant filter: a group whose downstream execution is
+// outside it is left unchanged (an OutsideTenant outcome).
+func ReconcileCancelGroup(ctx context.Context, db Beginner, partition int16, flowID, downstreamEID string, f Filter) (ReconcileResult, error) {
 	var r ReconcileResult
 	err := inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
+		if in, err := execInTenant(ctx, tx, partition, downstreamEID, f); err != nil || !in {
+			r.Outcome = ReconcileOutsideTenant
+			return false, err
+		}
 		flag, members, found, err := lockEdgeGroup(ctx, tx, partition, flowID, downstreamEID, false)
 		if err != nil {
 			return false, err

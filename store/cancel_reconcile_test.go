@@ -20,14 +20,14 @@ func TestReconcileCancelGroup(t *testing.T) {
 	t.Run("MissingGroupIsDeleted", func(t *testing.T) {
 		flow, down := fftest.NewUUID(), fftest.NewUUID()
 		fftest.InsertPendingCancel(t, pool, 90, flow, down, 1)
-		res, err := store.ReconcileCancelGroup(ctx, pool, 90, flow, down)
+		res, err := store.ReconcileCancelGroup(ctx, pool, 90, flow, down, store.Filter{})
 		if err != nil || res.Outcome != store.StaleDeleted || !res.GroupMissing {
 			t.Fatalf("result = %+v, %v; want stale deleted, group missing", res, err)
 		}
 		if fftest.PendingCancelExists(t, pool, 90, flow, down) {
 			t.Fatal("pending row kept")
 		}
-		if res, err := store.ReconcileCancelGroup(ctx, pool, 90, flow, down); err != nil || res.Outcome != store.PendingGone {
+		if res, err := store.ReconcileCancelGroup(ctx, pool, 90, flow, down, store.Filter{}); err != nil || res.Outcome != store.PendingGone {
 			t.Fatalf("second run = %+v, %v; want pending gone", res, err)
 		}
 	})
@@ -56,7 +56,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 		fftest.InsertEdgeGroup(t, pool, fftest.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down, Flag: true,
 			Members: []string{done, cancelled, fftest.NewUUID(), "junk"}})
 		fftest.InsertPendingCancel(t, pool, p, flow, down, 1)
-		res, err := store.ReconcileCancelGroup(ctx, pool, p, flow, down)
+		res, err := store.ReconcileCancelGroup(ctx, pool, p, flow, down, store.Filter{})
 		if err != nil || res.Outcome != store.Cleared || !slices.Equal(res.BadMembers, []string{"junk"}) {
 			t.Fatalf("result = %+v, %v; want cleared", res, err)
 		}
@@ -73,7 +73,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 		fftest.InsertEdgeGroup(t, pool, fftest.EdgeGroup{Partition: 93, FlowID: flow, DownstreamEID: down, Flag: true,
 			Members: []string{"x", ""}})
 		fftest.InsertPendingCancel(t, pool, 93, flow, down, 1)
-		res, err := store.ReconcileCancelGroup(ctx, pool, 93, flow, down)
+		res, err := store.ReconcileCancelGroup(ctx, pool, 93, flow, down, store.Filter{})
 		if err != nil || res.Outcome != store.Cleared || len(res.BadMembers) != 2 {
 			t.Fatalf("result = %+v, %v; want cleared with 2 bad members", res, err)
 		}
@@ -100,7 +100,7 @@ func TestReconcileCancelGroup(t *testing.T) {
 		done := make(chan store.ReconcileResult, 1)
 		errc := make(chan error, 1)
 		go func() {
-			res, err := store.ReconcileCancelGroup(ctx, pool, f.p, f.flow, f.down)
+			res, err := store.ReconcileCancelGroup(ctx, pool, f.p, f.flow, f.down, store.Filter{})
 			if err != nil {
 				errc <- err
 				return

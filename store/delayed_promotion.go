@@ -79,7 +79,7 @@ func (r PromoteResult) Promoted() bool { return r.Outcome == PromotePromoted }
 //
 // The partition is a constant so the planner prunes to one child. Index:
 // ff_exec_core's primary key.
-const promoteSQL = `
+var promoteSQL = `
 WITH input AS (
     SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
 ), up AS (
@@ -91,6 +91,7 @@ WITH input AS (
        AND e.lifecycle_phase = 'runnable'
        AND e.eligibility_state = 'not_eligible_until_time'
        AND e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms <= $3
+       AND ` + tenantSQL("e", 4) + `
     RETURNING i.ord
 ), cur AS (
     SELECT e.execution_id, e.lifecycle_phase, e.eligibility_state, e.deadline_at_ms
@@ -109,23 +110,28 @@ SELECT up.ord IS NOT NULL, cur.lifecycle_phase, cur.eligibility_state, cur.deadl
 // does. It runs as one statement (one implicit transaction when db is a
 // pool); anything else is a no-op whose reason is in the result, and a second
 // call for the same execution is a no-op.
-func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (PromoteResult, error) {
-	return one(PromoteDelayedMany(ctx, db, partition, []string{executionID}, nowMs))
+func PromoteDelayed(ctx context.Context, db DB, partition int16, executionID string, nowMs int64, f Filter) (PromoteResult, error) {
+	return one(PromoteDelayedMany(ctx, db, partition, []string{executionID}, nowMs, f))
 }
 
 // PromoteDelayedMany is PromoteDelayed for several executions of one
 // partition, with one result per id in order. Each row is re-checked under
 // its own lock exactly as alone; an id repeated goes to a following
 // statement, so it sees the first one's change as a second call would.
-func PromoteDelayedMany(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]PromoteResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func PromoteDelayedMany(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64, f Filter) ([]PromoteResult, error) {
 	var (
 		promoted    bool
 		phase, elig *string
 		deadline    *int64
 	)
 	return batch[PromoteResult]{
-		sql:  promoteSQL,
-		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
+		sql: promoteSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(executionIDs, round), nowMs}, f.args()...)
+		},
 		dest: []any{&promoted, &phase, &elig, &deadline},
 		read: func() PromoteResult { return promoteOutcome(promoted, phase, elig, deadline, nowMs) },
 		what: "promote delayed execution", partition: partition,

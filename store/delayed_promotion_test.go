@@ -25,7 +25,7 @@ func TestPromoteDelayed(t *testing.T) {
 		id := fftest.InsertExec(t, pool, e)
 		before := fftest.ExecJSON(t, pool, 7, id)
 
-		res, err := store.PromoteDelayed(ctx, pool, 7, id, now)
+		res, err := store.PromoteDelayed(ctx, pool, 7, id, now, store.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestPromoteDelayed(t *testing.T) {
 		}
 
 		// A second run (the job ran twice) changes nothing.
-		res, err = store.PromoteDelayed(ctx, pool, 7, id, now+5)
+		res, err = store.PromoteDelayed(ctx, pool, 7, id, now+5, store.Filter{})
 		if err != nil || res.Outcome != store.PromoteWrongEligibility || res.EligibilityState != "eligible_now" {
 			t.Fatalf("second run = %+v, %v; want a wrong-eligibility no-op", res, err)
 		}
@@ -55,7 +55,7 @@ func TestPromoteDelayed(t *testing.T) {
 
 	t.Run("DeadlineEqualToNowIsDue", func(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Delayed(8, now))
-		if res, err := store.PromoteDelayed(ctx, pool, 8, id, now); err != nil || !res.Promoted() {
+		if res, err := store.PromoteDelayed(ctx, pool, 8, id, now, store.Filter{}); err != nil || !res.Promoted() {
 			t.Fatalf("result = %+v, %v; want promoted (the seed's <=)", res, err)
 		}
 	})
@@ -81,7 +81,7 @@ func TestPromoteDelayed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			id := fftest.InsertExec(t, pool, tt.exec)
 			before := fftest.ExecJSON(t, pool, 9, id)
-			res, err := store.PromoteDelayed(ctx, pool, 9, id, now)
+			res, err := store.PromoteDelayed(ctx, pool, 9, id, now, store.Filter{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,14 +99,14 @@ func TestPromoteDelayed(t *testing.T) {
 
 	t.Run("NotDueReportsTheDelayUntil", func(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Delayed(10, now+1234))
-		res, err := store.PromoteDelayed(ctx, pool, 10, id, now)
+		res, err := store.PromoteDelayed(ctx, pool, 10, id, now, store.Filter{})
 		if err != nil || res.DeadlineAtMs == nil || *res.DeadlineAtMs != now+1234 {
 			t.Fatalf("result = %+v, %v; want deadline %d reported", res, err, now+1234)
 		}
 	})
 
 	t.Run("Missing", func(t *testing.T) {
-		res, err := store.PromoteDelayed(ctx, pool, 10, fftest.NewUUID(), now)
+		res, err := store.PromoteDelayed(ctx, pool, 10, fftest.NewUUID(), now, store.Filter{})
 		if err != nil || res.Outcome != store.PromoteMissing || res.LifecyclePhase != "" || res.DeadlineAtMs != nil {
 			t.Fatalf("result = %+v, %v; want missing", res, err)
 		}
@@ -115,7 +115,7 @@ func TestPromoteDelayed(t *testing.T) {
 	t.Run("SamePartitionOtherExecutionUntouched", func(t *testing.T) {
 		a := fftest.InsertExec(t, pool, fftest.Delayed(11, now-1))
 		b := fftest.InsertExec(t, pool, fftest.Delayed(11, now-1))
-		if res, err := store.PromoteDelayed(ctx, pool, 11, a, now); err != nil || !res.Promoted() {
+		if res, err := store.PromoteDelayed(ctx, pool, 11, a, now, store.Filter{}); err != nil || !res.Promoted() {
 			t.Fatalf("result = %+v, %v", res, err)
 		}
 		if ex := fftest.ReadExec(t, pool, 11, b); ex.EligibilityState != "not_eligible_until_time" {
@@ -152,7 +152,7 @@ func TestPromoteRechecksUnderLock(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		res, err := store.PromoteDelayed(ctx, pool, 12, id, now)
+		res, err := store.PromoteDelayed(ctx, pool, 12, id, now, store.Filter{})
 		done <- result{res, err}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
@@ -263,7 +263,7 @@ func TestPromoteDelayedManyBatch(t *testing.T) {
 	missing := fftest.NewUUID()
 
 	ids := []string{due, later, active, due, missing, due2}
-	got, err := store.PromoteDelayedMany(ctx, pool, p, ids, now)
+	got, err := store.PromoteDelayedMany(ctx, pool, p, ids, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -358,3 +358,31 @@ func (d *Due) Top(ctx context.Context, db DB, nowMs int64, f Filter, limit, capR
 // execJoin joins the execution of a row keyed by (partition_key,
 // execution_id).
 const execJoin = `ff_exec_core e ON e.partition_key = r.partition_key AND e.execution_id = r.execution_id`
+
+// Outside reports whether the row key of partition (as a scan returns it;
+// AtMs is ignored) exists but does not pass f: its execution is of another
+// tenant, or missing. A fleet filtered to one tenant must not act on such a
+// row, whoever enqueued its job. False when f is empty, when the rows belong
+// to no tenant, or when the row is gone.
+//
+// Index: the table's primary key (the row's key), and ff_exec_core's.
+func (d *Due) Outside(ctx context.Context, db DB, partition int16, key DueRow, f Filter) (bool, error) {
+	if f.Empty() || !d.Tenant {
+		return false, nil
+	}
+	p := params{partition}
+	cols, vals := d.keys(&p, &key)
+	var match strings.Builder
+	for i := range cols {
+		fmt.Fprintf(&match, " AND %s = %s", cols[i], vals[i])
+	}
+	filter := f.sql(&p, d.filterAlias())
+	var outside bool
+	err := db.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM `+d.From+` WHERE r.partition_key = $1`+match.String()+`)
+		   AND NOT EXISTS (SELECT 1 FROM `+d.from(true)+` WHERE r.partition_key = $1`+match.String()+filter+`)`, p...).Scan(&outside)
+	if err != nil {
+		return false, fmt.Errorf("check tenant of %s row %d/%s: %w", d.What, partition, key.ID, err)
+	}
+	return outside, nil
+}

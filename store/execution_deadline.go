@@ -81,7 +81,7 @@ SELECT e.execution_id
 //     attempt row, as FlowFabric does.
 //
 // Index: each table's primary key.
-const expireDeadlinesSQL = `
+var expireDeadlinesSQL = `
 WITH input AS (
     SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
 ), ex AS (
@@ -89,6 +89,7 @@ WITH input AS (
       FROM ff_exec_core e
      WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM input)
        AND e.lifecycle_phase = 'active' AND e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms < $3
+       AND ` + tenantSQL("e", 4) + `
      ORDER BY e.execution_id
        FOR UPDATE OF e
 ), att AS (
@@ -145,11 +146,16 @@ SELECT up.execution_id IS NOT NULL,
 // change (the execution terminal) as a second call would. db must also be
 // able to send a batch (*pgxpool.Pool, *pgx.Conn and pgx.Tx can): each
 // statement goes with its lock statement, in one round trip.
-func ExpireDeadlines(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]DeadlineResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func ExpireDeadlines(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64, f Filter) ([]DeadlineResult, error) {
 	var r DeadlineResult
 	return batch[DeadlineResult]{
-		sql:  expireDeadlinesSQL,
-		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
+		sql: expireDeadlinesSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(executionIDs, round), nowMs}, f.args()...)
+		},
 		dest: []any{&r.Applied, &r.AttemptInterrupted, &r.RawFieldsMalformed, &r.EventID, &r.CompletionEventID},
 		read: func() DeadlineResult { return r },
 		lock: lockDeadlineExecutionsSQL, lockArgs: 2,

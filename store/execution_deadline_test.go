@@ -96,7 +96,7 @@ func deadlineInterruptedAttempt(before map[string]any, now int64) map[string]any
 // expireDeadlineOne runs ExpireDeadlines for one execution.
 func expireDeadlineOne(t *testing.T, pool store.DB, p int16, id string, now int64) store.DeadlineResult {
 	t.Helper()
-	res, err := store.ExpireDeadlines(context.Background(), pool, p, []string{id}, now)
+	res, err := store.ExpireDeadlines(context.Background(), pool, p, []string{id}, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestExpireDeadlines(t *testing.T) {
 	})
 
 	t.Run("InvalidIDIsAnError", func(t *testing.T) {
-		if res, err := store.ExpireDeadlines(context.Background(), pool, 10, []string{"not-a-uuid"}, now); err == nil {
+		if res, err := store.ExpireDeadlines(context.Background(), pool, 10, []string{"not-a-uuid"}, now, store.Filter{}); err == nil {
 			t.Fatalf("result = %+v; want an error", res)
 		}
 	})
@@ -438,7 +438,7 @@ func TestExpireDeadlinesRechecksUnderLock(t *testing.T) {
 				committed = fftest.ExecJSON(t, tx, p, id)
 				return nil
 			}, func(ctx context.Context) (store.DeadlineResult, error) {
-				res, err := store.ExpireDeadlines(ctx, pool, p, []string{id}, now)
+				res, err := store.ExpireDeadlines(ctx, pool, p, []string{id}, now, store.Filter{})
 				if err != nil {
 					return store.DeadlineResult{}, err
 				}
@@ -500,7 +500,7 @@ func TestExpireDeadlinesBatch(t *testing.T) {
 	}
 
 	ids := []string{a, delayed, b, ahead, missing, malformed, a, c}
-	got, err := store.ExpireDeadlines(ctx, pool, p, ids, now)
+	got, err := store.ExpireDeadlines(ctx, pool, p, ids, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,9 @@ import (
 // hosts then agree on how old a heartbeat is.
 
 // ErrWorkerTableMissing is returned when the heartbeat table does not exist
-// in the given schema: `worker migrate` has not run since it was introduced.
-var ErrWorkerTableMissing = errors.New("worker heartbeat table is missing; run `worker migrate`")
+// in the given schema, or lacks a column: `worker migrate` has not run since
+// the table or the column was introduced.
+var ErrWorkerTableMissing = errors.New("worker heartbeat table is missing or outdated; run `worker migrate`")
 
 // riverTable returns schema.table quoted for SQL, after checking schema the
 // way River's own configuration does. Schema names cannot be bound as
@@ -41,8 +42,11 @@ type WorkerHeartbeat struct {
 	StartedAt   time.Time
 	HeartbeatAt time.Time
 	// Age is how long ago HeartbeatAt was, by the database's clock (set by
-	// ListWorkerHeartbeats).
+	// ListWorkerHeartbeats and RegisterWorkerHeartbeat).
 	Age time.Duration
+	// Config is the process's fleet configuration as JSON; nil is stored as
+	// NULL (a process of a version that did not record it).
+	Config []byte
 }
 
 // UpsertWorkerHeartbeat records that the process w.ClientID is alive now.
@@ -64,19 +68,80 @@ func UpsertWorkerHeartbeat(ctx context.Context, db DB, schema string, w WorkerHe
 	if w.Version != "" {
 		version = &w.Version
 	}
+	var config *string
+	if w.Config != nil {
+		c := string(w.Config)
+		config = &c
+	}
 	var out time.Time
 	err = db.QueryRow(ctx, `
-		INSERT INTO `+table+` AS w (client_id, hostname, pid, version, started_at, heartbeat_at)
-		VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), now())
+		INSERT INTO `+table+` AS w (client_id, hostname, pid, version, started_at, heartbeat_at, config)
+		VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), now(), $6::jsonb)
 		ON CONFLICT (client_id) DO UPDATE
 		   SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, version = EXCLUDED.version,
-		       started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at
+		       started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at, config = EXCLUDED.config
 		RETURNING w.started_at`,
-		w.ClientID, w.Hostname, w.PID, version, started).Scan(&out)
+		w.ClientID, w.Hostname, w.PID, version, started, config).Scan(&out)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("upsert heartbeat of %s: %w", w.ClientID, tableErr(err))
 	}
 	return out, nil
+}
+
+// RegisterWorkerHeartbeat records a starting process, as
+// UpsertWorkerHeartbeat does, once accept has approved the other processes
+// whose last heartbeat is at most liveFor old (with their Config and Age).
+// Registrations of one schema are serialised by an advisory lock, so two
+// processes starting at once each see the other, whichever goes first. An
+// error from accept is returned as is and nothing is recorded.
+func RegisterWorkerHeartbeat(ctx context.Context, db Beginner, schema string, w WorkerHeartbeat, liveFor time.Duration,
+	accept func(live []WorkerHeartbeat) error) (time.Time, error) {
+	table, err := riverTable(schema, migrations.WorkerTableName)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var started time.Time
+	err = inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "ffreconcile.register."+table); err != nil {
+			return false, fmt.Errorf("lock registrations: %w", err)
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT client_id, hostname, pid, COALESCE(version, ''), started_at, heartbeat_at,
+			       (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, config::text
+			  FROM `+table+`
+			 WHERE client_id <> $1 AND heartbeat_at >= now() - $2::bigint * interval '1 millisecond'
+			 ORDER BY started_at, client_id`, w.ClientID, liveFor.Milliseconds())
+		if err != nil {
+			return false, fmt.Errorf("list live processes: %w", tableErr(err))
+		}
+		live, err := pgx.CollectRows(rows, scanHeartbeat)
+		if err != nil {
+			return false, fmt.Errorf("list live processes: %w", tableErr(err))
+		}
+		if err := accept(live); err != nil {
+			return false, err
+		}
+		started, err = UpsertWorkerHeartbeat(ctx, tx, schema, w)
+		return err == nil, err
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return started, nil
+}
+
+// scanHeartbeat reads a row of the heartbeat table as the queries above
+// select it: the columns, the age in milliseconds and the config as text.
+func scanHeartbeat(r pgx.CollectableRow) (WorkerHeartbeat, error) {
+	var w WorkerHeartbeat
+	var ageMs int64
+	var config *string
+	err := r.Scan(&w.ClientID, &w.Hostname, &w.PID, &w.Version, &w.StartedAt, &w.HeartbeatAt, &ageMs, &config)
+	w.Age = time.Duration(ageMs) * time.Millisecond
+	if config != nil {
+		w.Config = []byte(*config)
+	}
+	return w, err
 }
 
 // DeleteWorkerHeartbeat removes clientID's row if it is still the record
@@ -124,29 +189,24 @@ func ListWorkerHeartbeats(ctx context.Context, db DB, schema string) ([]WorkerHe
 	}
 	rows, err := db.Query(ctx, `
 		SELECT client_id, hostname, pid, COALESCE(version, ''), started_at, heartbeat_at,
-		       (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint
+		       (extract(epoch FROM now() - heartbeat_at) * 1000)::bigint, config::text
 		  FROM `+table+` ORDER BY started_at DESC, client_id`)
 	if err != nil {
 		return nil, fmt.Errorf("list heartbeats: %w", tableErr(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (WorkerHeartbeat, error) {
-		var w WorkerHeartbeat
-		var ageMs int64
-		err := r.Scan(&w.ClientID, &w.Hostname, &w.PID, &w.Version, &w.StartedAt, &w.HeartbeatAt, &ageMs)
-		w.Age = time.Duration(ageMs) * time.Millisecond
-		return w, err
-	})
+	out, err := pgx.CollectRows(rows, scanHeartbeat)
 	if err != nil {
 		return nil, fmt.Errorf("list heartbeats: %w", tableErr(err))
 	}
 	return out, nil
 }
 
-// tableErr turns Postgres's undefined_table into ErrWorkerTableMissing, the
+// tableErr turns Postgres's undefined_table, and undefined_column (a table
+// of an earlier version, without config), into ErrWorkerTableMissing, the
 // one failure an operator must act on.
 func tableErr(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") {
 		return fmt.Errorf("%w (%s)", ErrWorkerTableMissing, pgErr.Message)
 	}
 	return err

@@ -56,7 +56,7 @@ type ReleaseResult struct {
 // table; the execution ids of one call are distinct (ReleaseExpiredLeases
 // splits the input), which lets events be matched back by execution id.
 // Index: each table's primary key.
-const releaseSQL = `
+var releaseSQL = `
 WITH input AS (
     SELECT i.execution_id, i.attempt_index, i.ord
       FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS i(execution_id, attempt_index, ord)
@@ -67,6 +67,7 @@ WITH input AS (
       FROM input i
      WHERE a.partition_key = $1 AND a.execution_id = i.execution_id AND a.attempt_index = i.attempt_index
        AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $4
+       AND ` + tenantExecSQL("a.execution_id", 5) + `
     RETURNING a.execution_id, i.ord
 ), cur AS (
     SELECT e.execution_id, e.raw_fields
@@ -114,8 +115,8 @@ type LeaseRef struct {
 // is still expired at nowMs. It runs in one statement (one implicit
 // transaction when db is a pool), so the check and the change are atomic and
 // a second call for the same lease is a no-op.
-func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionID string, attemptIndex int32, nowMs int64) (ReleaseResult, error) {
-	return one(ReleaseExpiredLeases(ctx, db, partition, []LeaseRef{{executionID, attemptIndex}}, nowMs))
+func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionID string, attemptIndex int32, nowMs int64, f Filter) (ReleaseResult, error) {
+	return one(ReleaseExpiredLeases(ctx, db, partition, []LeaseRef{{executionID, attemptIndex}}, nowMs, f))
 }
 
 // ReleaseExpiredLeases is ReleaseExpiredLease for several attempts of one
@@ -124,7 +125,10 @@ func ReleaseExpiredLease(ctx context.Context, db DB, partition int16, executionI
 // share one statement, and a second attempt of an execution already in it
 // goes to a following statement (it would otherwise see the execution as it
 // was before the first one's change).
-func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64) ([]ReleaseResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []LeaseRef, nowMs int64, f Filter) ([]ReleaseResult, error) {
 	ids := make([]string, len(refs))
 	idx := make([]int32, len(refs))
 	for i, r := range refs {
@@ -132,8 +136,10 @@ func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []Le
 	}
 	var r ReleaseResult
 	return batch[ReleaseResult]{
-		sql:  releaseSQL,
-		args: func(round []int) []any { return []any{partition, pick(ids, round), pick(idx, round), nowMs} },
+		sql: releaseSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(ids, round), pick(idx, round), nowMs}, f.args()...)
+		},
 		dest: []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID},
 		read: func() ReleaseResult {
 			if !r.Released {

@@ -22,7 +22,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 			Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
 		fftest.InsertAttempt(t, pool, 7, id, 2, fftest.Ms(now-1))
 
-		res, err := store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now, store.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 		}
 
 		// A second run (the job ran twice) changes nothing.
-		res, err = store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now+5)
+		res, err = store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now+5, store.Filter{})
 		if err != nil || res.Released {
 			t.Fatalf("second run = %+v, %v; want no-op", res, err)
 		}
@@ -70,7 +70,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 	t.Run("RenewedLeaseIsLeftAlone", func(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 3})
 		fftest.InsertAttempt(t, pool, 3, id, 0, fftest.Ms(now+60_000))
-		res, err := store.ReleaseExpiredLease(ctx, pool, 3, id, 0, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 3, id, 0, now, store.Filter{})
 		if err != nil || res.Released {
 			t.Fatalf("result = %+v, %v; want no-op", res, err)
 		}
@@ -86,7 +86,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 4, LifecyclePhase: "terminal", OwnershipState: "unowned",
 			PublicState: "completed", AttemptState: "attempt_terminal"})
 		fftest.InsertAttempt(t, pool, 4, id, 0, fftest.Ms(now-10))
-		res, err := store.ReleaseExpiredLease(ctx, pool, 4, id, 0, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 4, id, 0, now, store.Filter{})
 		if err != nil || !res.Released || res.ExecFlipped {
 			t.Fatalf("result = %+v, %v; want released, not flipped", res, err)
 		}
@@ -105,7 +105,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 	t.Run("MissingExecutionWritesEventWithNullTenant", func(t *testing.T) {
 		id := fftest.NewUUID()
 		fftest.InsertAttempt(t, pool, 5, id, 1, fftest.Ms(now-10))
-		res, err := store.ReleaseExpiredLease(ctx, pool, 5, id, 1, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 5, id, 1, now, store.Filter{})
 		if err != nil || !res.Released || !res.ExecMissing {
 			t.Fatalf("result = %+v, %v; want released, exec missing", res, err)
 		}
@@ -118,7 +118,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 	t.Run("MalformedRawFieldsAreKept", func(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 6, RawFields: "not an object"})
 		fftest.InsertAttempt(t, pool, 6, id, 0, fftest.Ms(now-10))
-		res, err := store.ReleaseExpiredLease(ctx, pool, 6, id, 0, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 6, id, 0, now, store.Filter{})
 		if err != nil || !res.Released || !res.ExecFlipped || !res.RawFieldsMalformed {
 			t.Fatalf("result = %+v, %v; want released, flipped, raw_fields malformed", res, err)
 		}
@@ -154,7 +154,7 @@ func TestReleaseExpiredLeasesBatch(t *testing.T) {
 	unknown := fftest.NewUUID()
 
 	refs := []store.LeaseRef{{a, 0}, {b, 0}, {renewed, 0}, {b, 1}, {orphan, 0}, {malformed, 0}, {unknown, 3}, {a, 0}}
-	got, err := store.ReleaseExpiredLeases(ctx, pool, p, refs, now)
+	got, err := store.ReleaseExpiredLeases(ctx, pool, p, refs, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestReleaseRechecksUnderLock(t *testing.T) {
 	done := make(chan store.ReleaseResult, 1)
 	errc := make(chan error, 1)
 	go func() {
-		res, err := store.ReleaseExpiredLease(ctx, pool, 9, id, 0, now)
+		res, err := store.ReleaseExpiredLease(ctx, pool, 9, id, 0, now, store.Filter{})
 		if err != nil {
 			errc <- err
 			return

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,23 +132,33 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		t.Fatalf("budgets: %d, workers: %d, %v", len(budgetIDs), len(workerIDs), err)
 	}
 
-	tests := []struct {
+	type statement struct {
 		name string
 		sql  string
 		args []any
-	}{
-		{name: "ReleaseLeases", sql: releaseSQL, args: []any{p, ids, attempts, now}},
-		{name: "ExpireSuspensions", sql: expireSuspensionSQL, args: []any{p, ids, now}},
-		{name: "Promote", sql: promoteSQL, args: []any{p, ids, now}},
+	}
+	tests := []statement{
 		{name: "CancelSiblings", sql: cancelSiblingsSQL, args: []any{p, ids, now, SiblingQuorumSatisfied}},
 		{name: "LockDeadlineExecutions", sql: lockDeadlineExecutionsSQL, args: []any{p, active}},
-		{name: "ExpireDeadlines", sql: expireDeadlinesSQL, args: []any{p, active, now}},
 		{name: "LockWaitpoints", sql: lockWaitpointsSQL, args: []any{p, waitpoints}},
-		{name: "CloseWaitpoints", sql: closeWaitpointsSQL, args: []any{p, waitpoints, now}},
 		// ResetBudgets runs it in a SERIALIZABLE transaction; its plan is
 		// the same outside one.
 		{name: "ResetBudgets", sql: resetBudgetsSQL, args: []any{p, budgetIDs, now}},
 		{name: "SweepWorkers", sql: sweepWorkersSQL, args: []any{p, workerNamespaces, workerIDs, now}},
+	}
+	// Statements that re-check the tenant filter, without one and with
+	// one (its EXISTS probe of the execution must stay a key lookup).
+	for _, tt := range []statement{
+		{name: "ReleaseLeases", sql: releaseSQL, args: []any{p, ids, attempts, now}},
+		{name: "ExpireAttempts", sql: expireAttemptsSQL, args: []any{p, active, attempts, now}},
+		{name: "ExpireSuspensions", sql: expireSuspensionSQL, args: []any{p, ids, now}},
+		{name: "Promote", sql: promoteSQL, args: []any{p, ids, now}},
+		{name: "ExpireDeadlines", sql: expireDeadlinesSQL, args: []any{p, active, now}},
+		{name: "CloseWaitpoints", sql: closeWaitpointsSQL, args: []any{p, waitpoints, now}},
+	} {
+		tests = append(tests,
+			statement{tt.name, tt.sql, append(tt.args, Filter{}.args()...)},
+			statement{tt.name + "/Filtered", tt.sql, append(slices.Clip(tt.args), Filter{Namespace: "ns", TagKey: "k", TagValue: "v"}.args()...)})
 	}
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {

@@ -61,6 +61,22 @@ type Filter struct {
 // Empty reports whether the filter lets every row through.
 func (f Filter) Empty() bool { return f.Namespace == "" && f.TagKey == "" }
 
+// String describes the filter as its flags set it, e.g.
+// "namespace acme, tag cairn.instance_id=i-1"; "none" when empty.
+func (f Filter) String() string {
+	var parts []string
+	if f.Namespace != "" {
+		parts = append(parts, "namespace "+f.Namespace)
+	}
+	if f.TagKey != "" {
+		parts = append(parts, "tag "+f.TagKey+"="+f.TagValue)
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
 // ParseInstanceTag parses KEY=VALUE into a filter's tag half.
 func ParseInstanceTag(s string) (key, value string, err error) {
 	key, value, ok := strings.Cut(s, "=")
@@ -68,6 +84,54 @@ func ParseInstanceTag(s string) (key, value string, err error) {
 		return "", "", fmt.Errorf("instance tag %q: want KEY=VALUE, e.g. cairn.instance_id=worker-7", s)
 	}
 	return key, value, nil
+}
+
+// args are the filter's values for a row statement's tenantSQL: namespace,
+// tag key and tag value, NULL where unset.
+func (f Filter) args() []any {
+	var ns, key, value *string
+	if f.Namespace != "" {
+		ns = &f.Namespace
+	}
+	if f.TagKey != "" {
+		key, value = &f.TagKey, &f.TagValue
+	}
+	return []any{ns, key, value}
+}
+
+// tenantSQL is the tenant filter as a row statement's condition on the
+// execution aliased alias, its values (Filter.args) in parameters $n to
+// $n+2; unset halves (NULL) are no condition. Row statements re-check it
+// where they re-check the row's deadline, so a fleet filtered to one tenant
+// changes no row of another, whoever enqueued the job. A tenant is set when
+// an execution is created and never changes, so the condition holds under
+// any lock on the row.
+func tenantSQL(alias string, n int) string {
+	return fmt.Sprintf(`($%[2]d::text IS NULL OR %[1]s.raw_fields->>'namespace' = $%[2]d::text)
+       AND ($%[3]d::text IS NULL OR %[1]s.raw_fields->'tags'->>$%[3]d::text = $%[4]d::text)`, alias, n, n+1, n+2)
+}
+
+// tenantExecSQL is tenantSQL for a row that is not the execution itself:
+// its execution (of partition $1, id idExpr) exists and passes. Without a
+// filter the row passes whether or not its execution exists; with one, a
+// missing execution never passes.
+func tenantExecSQL(idExpr string, n int) string {
+	return fmt.Sprintf(`(($%[2]d::text IS NULL AND $%[3]d::text IS NULL)
+            OR EXISTS (SELECT 1 FROM ff_exec_core fe WHERE fe.partition_key = $1 AND fe.execution_id = %[1]s
+                          AND %[4]s))`, idExpr, n, n+1, tenantSQL("fe", n))
+}
+
+// execInTenant reports whether execution id of partition exists and passes
+// f; true when f is empty. Index: ff_exec_core's primary key.
+func execInTenant(ctx context.Context, db DB, partition int16, id string, f Filter) (bool, error) {
+	if f.Empty() {
+		return true, nil
+	}
+	var in bool
+	if err := db.QueryRow(ctx, `SELECT `+tenantExecSQL("$2::uuid", 3), append([]any{partition, id}, f.args()...)...).Scan(&in); err != nil {
+		return false, fmt.Errorf("check tenant of execution %d/%s: %w", partition, id, err)
+	}
+	return in, nil
 }
 
 // sql returns the filter's conditions on the execution row aliased alias,

@@ -96,7 +96,7 @@ type SuspensionExpireResult struct {
 //
 // The partition is a constant so the planner prunes to one child of each
 // table. Index: each table's primary key.
-const expireSuspensionSQL = `
+var expireSuspensionSQL = `
 WITH input AS (
     SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
 ), sus AS (
@@ -107,6 +107,7 @@ WITH input AS (
       FROM ff_suspension_current su
      WHERE su.partition_key = $1 AND su.execution_id IN (SELECT execution_id FROM input)
        AND su.timeout_at_ms IS NOT NULL AND su.timeout_at_ms < $3
+       AND ` + tenantExecSQL("su.execution_id", 4) + `
      ORDER BY su.execution_id
        FOR UPDATE OF su
 ), sig AS (
@@ -189,8 +190,8 @@ SELECT sus.execution_id IS NOT NULL,
 // branches differ only in which data-modifying CTE matches, the outcome
 // comes back in the same round trip, and the package's other row actions
 // have the same shape.
-func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64) (SuspensionExpireResult, error) {
-	return one(ExpireSuspensions(ctx, db, partition, []string{executionID}, nowMs))
+func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID string, nowMs int64, f Filter) (SuspensionExpireResult, error) {
+	return one(ExpireSuspensions(ctx, db, partition, []string{executionID}, nowMs, f))
 }
 
 // ExpireSuspensions is ExpireSuspension for several suspensions of one
@@ -198,14 +199,19 @@ func ExpireSuspension(ctx context.Context, db DB, partition int16, executionID s
 // re-checked under its own lock exactly as alone; an id repeated goes to a
 // following statement, so it sees the first one's change as a second call
 // would.
-func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64) ([]SuspensionExpireResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs []string, nowMs int64, f Filter) ([]SuspensionExpireResult, error) {
 	var (
 		r        SuspensionExpireResult
 		behavior *string // NULL (means fail) and '' (unknown) must differ
 	)
 	return batch[SuspensionExpireResult]{
-		sql:  expireSuspensionSQL,
-		args: func(round []int) []any { return []any{partition, pick(executionIDs, round), nowMs} },
+		sql: expireSuspensionSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(executionIDs, round), nowMs}, f.args()...)
+		},
 		dest: []any{&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
 			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray},
 		read: func() SuspensionExpireResult {

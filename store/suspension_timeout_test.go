@@ -48,7 +48,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id,
 				TimeoutAtMs: fftest.Ms(now - 1), Behavior: tt.behavior})
 
-			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 			}
 
 			// A second run (the job ran twice) changes nothing.
-			res, err = store.ExpireSuspension(ctx, pool, p, id, now+5)
+			res, err = store.ExpireSuspension(ctx, pool, p, id, now+5, store.Filter{})
 			if err != nil || res.Applied {
 				t.Fatalf("second run = %+v, %v; want no-op", res, err)
 			}
@@ -101,7 +101,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 	t.Run("MissingExecutionWritesNoEvent", func(t *testing.T) {
 		id := fftest.NewUUID()
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 30, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
-		res, err := store.ExpireSuspension(ctx, pool, 30, id, now)
+		res, err := store.ExpireSuspension(ctx, pool, 30, id, now, store.Filter{})
 		if err != nil || !res.Applied || !res.ExecMissing || res.EventID != 0 {
 			t.Fatalf("result = %+v, %v; want applied, exec missing, no event", res, err)
 		}
@@ -116,7 +116,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 	t.Run("MalformedRawFieldsAreKept", func(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 31, LifecyclePhase: "suspended", RawFields: []any{"x"}})
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 31, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
-		res, err := store.ExpireSuspension(ctx, pool, 31, id, now)
+		res, err := store.ExpireSuspension(ctx, pool, 31, id, now, store.Filter{})
 		if err != nil || !res.Applied || !res.RawFieldsMalformed || res.EventID == 0 {
 			t.Fatalf("result = %+v, %v; want applied, raw_fields malformed, event written", res, err)
 		}
@@ -166,7 +166,7 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 		id := fftest.InsertExec(t, pool, suspended(40))
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 40, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
 			Behavior: auto, MemberMap: map[string]any{"sig-a": map[string]any{"x": 1}}})
-		res, err := store.ExpireSuspension(ctx, pool, 40, id, now)
+		res, err := store.ExpireSuspension(ctx, pool, 40, id, now, store.Filter{})
 		if err != nil || !res.Applied || res.Action != store.TimeoutAutoResume || res.TimeoutSignals != 1 ||
 			res.MemberMapReplaced != "" || res.TimeoutEntryNotArray != "" || res.EventID != 0 {
 			t.Fatalf("result = %+v, %v; want applied auto-resume with 1 signal, no event", res, err)
@@ -176,7 +176,7 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 			t.Fatalf("__timeout__ = %v; want [%v]", got, signal(now))
 		}
 		// The row never fires again while its timeout stays cleared.
-		if res, err := store.ExpireSuspension(ctx, pool, 40, id, now+10); err != nil || res.Applied {
+		if res, err := store.ExpireSuspension(ctx, pool, 40, id, now+10, store.Filter{}); err != nil || res.Applied {
 			t.Fatalf("re-run = %+v, %v; want no-op", res, err)
 		}
 
@@ -185,7 +185,7 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 			now+50, id); err != nil {
 			t.Fatal(err)
 		}
-		res, err = store.ExpireSuspension(ctx, pool, 40, id, now+100)
+		res, err = store.ExpireSuspension(ctx, pool, 40, id, now+100, store.Filter{})
 		if err != nil || !res.Applied || res.TimeoutSignals != 2 {
 			t.Fatalf("second timeout = %+v, %v; want applied with 2 signals", res, err)
 		}
@@ -210,7 +210,7 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 		id := fftest.InsertExec(t, pool, suspended(41))
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 41, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
 			Behavior: auto, MemberMap: []any{"legacy"}})
-		res, err := store.ExpireSuspension(ctx, pool, 41, id, now)
+		res, err := store.ExpireSuspension(ctx, pool, 41, id, now, store.Filter{})
 		if err != nil || !res.Applied || res.MemberMapReplaced != `["legacy"]` || res.TimeoutSignals != 1 {
 			t.Fatalf("result = %+v, %v; want applied, member_map [\"legacy\"] replaced, 1 signal", res, err)
 		}
@@ -223,7 +223,7 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 		id := fftest.InsertExec(t, pool, suspended(42))
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 42, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
 			Behavior: auto, MemberMap: map[string]any{"__timeout__": "odd"}})
-		res, err := store.ExpireSuspension(ctx, pool, 42, id, now)
+		res, err := store.ExpireSuspension(ctx, pool, 42, id, now, store.Filter{})
 		if err != nil || !res.Applied || res.TimeoutEntryNotArray != "string" || res.TimeoutSignals != 0 {
 			t.Fatalf("result = %+v, %v; want applied, __timeout__ string kept, no signal", res, err)
 		}
@@ -264,7 +264,7 @@ func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 			if _, err := pool.Exec(ctx, tt.resolve, p, id); err != nil {
 				t.Fatal(err)
 			}
-			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
 			if err != nil || res.Applied {
 				t.Fatalf("result = %+v, %v; want no-op", res, err)
 			}
@@ -307,7 +307,7 @@ func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 		}
 		done := make(chan out, 1)
 		go func() {
-			res, err := store.ExpireSuspension(ctx, pool, p, id, now)
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
 			done <- out{res, err}
 		}()
 		waitForLockWait(t, pool, "ff_suspension_current")
@@ -394,7 +394,7 @@ func TestExpireSuspensionsBatch(t *testing.T) {
 	gone := fftest.NewUUID()
 
 	ids := []string{cancel, fail, resume, replaced, later, orphan, gone, cancel}
-	got, err := store.ExpireSuspensions(ctx, pool, p, ids, now)
+	got, err := store.ExpireSuspensions(ctx, pool, p, ids, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

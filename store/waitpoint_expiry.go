@@ -77,7 +77,7 @@ SELECT w.waitpoint_id
 //     failing the execution is suspension_timeout's.
 //
 // Index: each table's primary key.
-const closeWaitpointsSQL = `
+var closeWaitpointsSQL = `
 WITH input AS (
     SELECT i.waitpoint_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(waitpoint_id, ord)
 ), wp AS (
@@ -85,6 +85,7 @@ WITH input AS (
       FROM ff_waitpoint_pending w
      WHERE w.partition_key = $1 AND w.waitpoint_id IN (SELECT waitpoint_id FROM input)
        AND w.expires_at_ms IS NOT NULL AND w.expires_at_ms < $3
+       AND ` + tenantExecSQL("w.execution_id", 4) + `
      ORDER BY w.waitpoint_id
        FOR UPDATE OF w
 ), del AS (
@@ -135,11 +136,16 @@ SELECT del.waitpoint_id IS NOT NULL,
 // Each waitpoint is re-checked under its own row lock exactly as alone, and
 // a second call changes nothing (the row is gone). db must also be able to
 // send a batch, as for ExpireDeadlines.
-func CloseWaitpoints(ctx context.Context, db DB, partition int16, waitpointIDs []string, nowMs int64) ([]WaitpointCloseResult, error) {
+//
+// f is the fleet's tenant filter: a row outside it is left unchanged
+// (see tenantSQL).
+func CloseWaitpoints(ctx context.Context, db DB, partition int16, waitpointIDs []string, nowMs int64, f Filter) ([]WaitpointCloseResult, error) {
 	var r WaitpointCloseResult
 	return batch[WaitpointCloseResult]{
-		sql:  closeWaitpointsSQL,
-		args: func(round []int) []any { return []any{partition, pick(waitpointIDs, round), nowMs} },
+		sql: closeWaitpointsSQL,
+		args: func(round []int) []any {
+			return append([]any{partition, pick(waitpointIDs, round), nowMs}, f.args()...)
+		},
 		dest: []any{&r.Closed, &r.ExecutionID, &r.Key, &r.Marked, &r.MemberMapReplaced, &r.ExecMissing},
 		read: func() WaitpointCloseResult { return r },
 		lock: lockWaitpointsSQL, lockArgs: 2,

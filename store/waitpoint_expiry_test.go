@@ -22,7 +22,7 @@ func neverCommitted(now int64) map[string]any {
 // closeWaitpointOne runs CloseWaitpoints for one waitpoint.
 func closeWaitpointOne(t *testing.T, db store.DB, p int16, id string, now int64) store.WaitpointCloseResult {
 	t.Helper()
-	res, err := store.CloseWaitpoints(context.Background(), db, p, []string{id}, now)
+	res, err := store.CloseWaitpoints(context.Background(), db, p, []string{id}, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestCloseWaitpoints(t *testing.T) {
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: withSus, MemberMap: map[string]any{"a": 1}})
 		w1 := fftest.InsertWaitpoint(t, pool, fftest.Waitpoint{Partition: p, ExecutionID: withSus, Key: "wpk:1", ExpiresAtMs: fftest.Ms(now - 1)})
 		w2 := fftest.InsertWaitpoint(t, pool, fftest.Waitpoint{Partition: p, ExecutionID: withoutSus, Key: "wpk:2", ExpiresAtMs: fftest.Ms(now - 1)})
-		got, err := store.CloseWaitpoints(context.Background(), pool, p, []string{w1, w2}, now)
+		got, err := store.CloseWaitpoints(context.Background(), pool, p, []string{w1, w2}, now, store.Filter{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -311,7 +311,7 @@ func TestCloseWaitpointsOfOneSuspension(t *testing.T) {
 	wo := fftest.InsertWaitpoint(t, pool, fftest.Waitpoint{Partition: p, ExecutionID: other, Key: "wpk:o",
 		ExpiresAtMs: fftest.Ms(now - 1)})
 
-	got, err := store.CloseWaitpoints(ctx, pool, p, []string{w1, wo, w3, w2}, now)
+	got, err := store.CloseWaitpoints(ctx, pool, p, []string{w1, wo, w3, w2}, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestCloseWaitpointsRechecksUnderLock(t *testing.T) {
 				committed = fftest.SuspensionJSON(t, tx, p, id)
 				return nil
 			}, func(ctx context.Context) (store.WaitpointCloseResult, error) {
-				res, err := store.CloseWaitpoints(ctx, pool, p, []string{wid}, now)
+				res, err := store.CloseWaitpoints(ctx, pool, p, []string{wid}, now, store.Filter{})
 				if err != nil {
 					return store.WaitpointCloseResult{}, err
 				}
@@ -500,7 +500,7 @@ func TestCloseWaitpointsBatch(t *testing.T) {
 	unknown := fftest.NewUUID()
 
 	ids := []string{wa, ahead, wb, unknown, wn, wa, wo}
-	got, err := store.CloseWaitpoints(ctx, pool, p, ids, now)
+	got, err := store.CloseWaitpoints(ctx, pool, p, ids, now, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

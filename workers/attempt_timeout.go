@@ -31,7 +31,7 @@ var AttemptTimeout = define[jobs.AttemptTimeoutTickArgs, jobs.AttemptTimeoutScan
 	return jobs.AttemptExpireArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
 }, func(d *deps) river.Worker[jobs.AttemptExpireArgs] {
 	return &attemptExpireWorker{d: d, expires: batcher(d, func(ctx context.Context, p int16, refs []store.LeaseRef) ([]store.AttemptTimeoutResult, error) {
-		return store.ExpireAttempts(ctx, d.cfg.Pool, p, refs, store.NowMs())
+		return store.ExpireAttempts(ctx, d.cfg.Pool, p, refs, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -44,11 +44,14 @@ type attemptExpireWorker struct {
 
 func (w *attemptExpireWorker) Work(ctx context.Context, job *river.Job[jobs.AttemptExpireArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, AttemptTimeout, job.JobRow, a.Partition, a.DeadlineMs,
-		w.expires, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
-		func(r store.AttemptTimeoutResult) bool { return r.Applied },
-		"attempt no longer timed out under lock (lease renewed or released, execution no longer active); nothing changed",
-		"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex)
+	res, logs, ok, err := act(ctx, w.d, rowAction[store.LeaseRef, store.AttemptTimeoutResult]{
+		r: AttemptTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.expires, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
+		changed: func(r store.AttemptTimeoutResult) bool { return r.Applied },
+		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},
+		noop:    "attempt no longer timed out under lock (lease renewed or released, execution no longer active); nothing changed",
+		attrs:   []any{"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex},
+	})
 	if !ok {
 		return err
 	}

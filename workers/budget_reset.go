@@ -42,9 +42,14 @@ func (w *budgetResetWorker) Work(ctx context.Context, job *river.Job[jobs.Budget
 	// An error includes a serialization failure that persisted through
 	// store's retries (a usage report or an admin reset of the same budget
 	// at once): River retries the job.
-	res, logs, ok, err := act(ctx, w.d, BudgetReset, job.JobRow, a.Partition, a.DeadlineMs, w.resets, a.BudgetID,
-		func(r store.BudgetResetResult) bool { return r.Applied },
-		"budget reset no longer due under lock; nothing changed", "budget_id", a.BudgetID)
+	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.BudgetResetResult]{
+		r: BudgetReset, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.resets, key: a.BudgetID,
+		changed: func(r store.BudgetResetResult) bool { return r.Applied },
+		row:     store.DueRow{ID: a.BudgetID},
+		noop:    "budget reset no longer due under lock; nothing changed",
+		attrs:   []any{"budget_id", a.BudgetID},
+	})
 	if !ok {
 		return err
 	}

@@ -41,13 +41,16 @@ type cancelDispatchWorker struct {
 func (w *cancelDispatchWorker) Work(ctx context.Context, job *river.Job[jobs.CancelDispatchArgs]) error {
 	a := job.Args
 	c := w.d.stats(CancelDispatch)
-	res, err := store.DispatchCancelGroup(ctx, w.d.cfg.Pool, a.Partition, a.FlowID, a.DownstreamEID, store.NowMs())
+	res, err := store.DispatchCancelGroup(ctx, w.d.cfg.Pool, a.Partition, a.FlowID, a.DownstreamEID, store.NowMs(), w.d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
 	}
 	log := w.d.log().With("reconciler", CancelDispatch.Name, "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "job_id", job.ID, "outcome", res.Outcome.String())
+	if res.Outcome == store.DispatchOutsideTenant {
+		return w.d.outsideTenant(CancelDispatch, a.Partition, log)
+	}
 	jobLog(ctx).Info("sibling-cancel dispatch", "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String(), "siblings_cancelled", res.Cancelled)
 	if len(res.BadMembers) > 0 {

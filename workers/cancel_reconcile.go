@@ -34,13 +34,16 @@ type cancelReconcileWorker struct {
 func (w *cancelReconcileWorker) Work(ctx context.Context, job *river.Job[jobs.CancelReconcileArgs]) error {
 	a := job.Args
 	c := w.d.stats(CancelReconcile)
-	res, err := store.ReconcileCancelGroup(ctx, w.d.cfg.Pool, a.Partition, a.FlowID, a.DownstreamEID)
+	res, err := store.ReconcileCancelGroup(ctx, w.d.cfg.Pool, a.Partition, a.FlowID, a.DownstreamEID, w.d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)
 		return err
 	}
 	log := w.d.log().With("reconciler", CancelReconcile.Name, "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "job_id", job.ID, "outcome", res.Outcome.String())
+	if res.Outcome == store.ReconcileOutsideTenant {
+		return w.d.outsideTenant(CancelReconcile, a.Partition, log)
+	}
 	jobLog(ctx).Info("pending cancel group reconciled", "partition", a.Partition, "flow_id", a.FlowID,
 		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String())
 	if len(res.BadMembers) > 0 && res.Changed() {

@@ -47,7 +47,7 @@ var DelayedPromotion = define[jobs.DelayedPromotionTickArgs, jobs.DelayedPromoti
 	return jobs.PromoteArgs{Partition: &p, ExecutionID: x.ID}
 }, func(d *deps) river.Worker[jobs.PromoteArgs] {
 	return &promoteWorker{d: d, promotions: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.PromoteResult, error) {
-		return store.PromoteDelayedMany(ctx, d.cfg.Pool, p, ids, store.NowMs())
+		return store.PromoteDelayedMany(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -91,6 +91,9 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 		log.Debug("promoted delayed execution to eligible_now")
 		jobLog(ctx).Info("promoted delayed execution to eligible_now", "execution", target.String(), "delay_until_ms", deadline)
 		return nil
+	}
+	if err := w.d.checkTenant(ctx, DelayedPromotion, target.Partition, store.DueRow{ID: target.UUID}, log); err != nil {
+		return err
 	}
 	c.NoOps.Add(1)
 	if res.Outcome == store.PromoteNotDue && res.DeadlineAtMs != nil {

@@ -25,7 +25,7 @@ var ExecutionDeadline = define[jobs.ExecutionDeadlineTickArgs, jobs.ExecutionDea
 	return jobs.DeadlineExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
 }, func(d *deps) river.Worker[jobs.DeadlineExpireArgs] {
 	return &deadlineExpireWorker{d: d, expires: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.DeadlineResult, error) {
-		return store.ExpireDeadlines(ctx, d.cfg.Pool, p, ids, store.NowMs())
+		return store.ExpireDeadlines(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -38,9 +38,14 @@ type deadlineExpireWorker struct {
 
 func (w *deadlineExpireWorker) Work(ctx context.Context, job *river.Job[jobs.DeadlineExpireArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, ExecutionDeadline, job.JobRow, a.Partition, a.DeadlineMs, w.expires, a.ExecutionID,
-		func(r store.DeadlineResult) bool { return r.Applied },
-		"execution no longer active or its deadline moved under lock; nothing changed", "execution_id", a.ExecutionID)
+	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.DeadlineResult]{
+		r: ExecutionDeadline, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.expires, key: a.ExecutionID,
+		changed: func(r store.DeadlineResult) bool { return r.Applied },
+		row:     store.DueRow{ID: a.ExecutionID},
+		noop:    "execution no longer active or its deadline moved under lock; nothing changed",
+		attrs:   []any{"execution_id", a.ExecutionID},
+	})
 	if !ok {
 		return err
 	}

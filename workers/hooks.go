@@ -84,7 +84,9 @@ func availableAhead(_ context.Context, params *rivertype.JobInsertParams) error 
 // (they all run on start) would need most of a default lock table
 // (max_locks_per_transaction 64 × max_connections 100 = 6,400 slots) and
 // fail with "out of shared memory" next to other work. One at a time they
-// stay far below it.
+// stay far below it. Their queue (jobs.QueueTicks) has one worker per
+// process, which alone serialises them; the lock also covers ticks an
+// earlier version enqueued into the scans' queue, during a rolling upgrade.
 //
 // A job whose args River could not decode never reaches its worker (see
 // validating) and fails before it; the middleware then cancels it with the

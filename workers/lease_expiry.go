@@ -23,7 +23,7 @@ var LeaseExpiry = define[jobs.LeaseExpiryTickArgs, jobs.LeaseExpiryScanArgs](Rec
 	return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
 }, func(d *deps) river.Worker[jobs.LeaseReleaseArgs] {
 	return &leaseReleaseWorker{d: d, releases: batcher(d, func(ctx context.Context, p int16, refs []store.LeaseRef) ([]store.ReleaseResult, error) {
-		return store.ReleaseExpiredLeases(ctx, d.cfg.Pool, p, refs, store.NowMs())
+		return store.ReleaseExpiredLeases(ctx, d.cfg.Pool, p, refs, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -36,10 +36,14 @@ type leaseReleaseWorker struct {
 
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, LeaseExpiry, job.JobRow, a.Partition, a.DeadlineMs,
-		w.releases, store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
-		func(r store.ReleaseResult) bool { return r.Released },
-		"lease no longer expired under lock; nothing changed", "execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex)
+	res, logs, ok, err := act(ctx, w.d, rowAction[store.LeaseRef, store.ReleaseResult]{
+		r: LeaseExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.releases, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
+		changed: func(r store.ReleaseResult) bool { return r.Released },
+		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},
+		noop:    "lease no longer expired under lock; nothing changed",
+		attrs:   []any{"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex},
+	})
 	if !ok {
 		return err
 	}

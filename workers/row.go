@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
 )
 
 // rowDefaults gives a row worker River's defaults and the row timeout.
@@ -90,37 +92,85 @@ func (d *deps) applied(r *Reconciler, deadlineMs int64) {
 // own (River UI) with the row.
 type rowLogs struct{ proc, job *slog.Logger }
 
-// act runs the common course of a deadline row job of r: it waits for the
-// deadline the row was enqueued for (beforeDeadline), asks co for the
+// rowAction is one deadline row job's action, run by act.
+type rowAction[K comparable, R any] struct {
+	r          *Reconciler
+	job        *rivertype.JobRow
+	partition  int16
+	deadlineMs int64 // the deadline the row was enqueued for (0: none)
+	// co runs the action for key, batched with other rows of the
+	// partition; changed says whether it changed the row.
+	co      *coalesce.Coalescer[int16, K, R]
+	key     K
+	changed func(R) bool
+	// row is the row as its Due's scans return it, for the tenant check of
+	// a no-op.
+	row store.DueRow
+	// noop says, for the logs, why an action changes nothing; attrs name
+	// the row in logs, after its partition.
+	noop  string
+	attrs []any
+}
+
+// act runs the common course of a deadline row job: it waits for the
+// deadline the row was enqueued for (beforeDeadline), asks a.co for the
 // row's action, counts an error, and counts and logs a no-op (the row was
-// not due any more under its lock; noop says why). When the action changed
-// the row (changed), it records the row as applied and returns the result,
-// the job's loggers and true. row names the row in logs, as attribute
-// pairs after its partition.
-func act[K comparable, R any](ctx context.Context, d *deps, r *Reconciler, job *rivertype.JobRow, partition int16, deadlineMs int64,
-	co *coalesce.Coalescer[int16, K, R], key K, changed func(R) bool, noop string, row ...any) (R, rowLogs, bool, error) {
+// not due any more under its lock) or cancels the job of a row outside the
+// fleet's tenant filter. When the action changed the row, it records the
+// row as applied and returns the result, the job's loggers and true.
+func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (R, rowLogs, bool, error) {
 	var res R
-	if err := d.beforeDeadline(r, deadlineMs); err != nil {
+	if err := d.beforeDeadline(a.r, a.deadlineMs); err != nil {
 		return res, rowLogs{}, false, err
 	}
-	res, err := co.Do(ctx, partition, key)
+	res, err := a.co.Do(ctx, a.partition, a.key)
 	if err != nil {
-		d.stats(r).Errors.Add(1)
+		d.stats(a.r).Errors.Add(1)
 		return res, rowLogs{}, false, err
 	}
-	row = append([]any{"partition", partition}, row...)
+	attrs := append([]any{"partition", a.partition}, a.attrs...)
 	logs := rowLogs{
-		proc: d.log().With(append([]any{"reconciler", r.Name, "job_id", job.ID}, row...)...),
-		job:  jobLog(ctx).With(row...),
+		proc: d.log().With(append([]any{"reconciler", a.r.Name, "job_id", a.job.ID}, attrs...)...),
+		job:  jobLog(ctx).With(attrs...),
 	}
-	if !changed(res) {
-		d.stats(r).NoOps.Add(1)
-		logs.proc.Debug(noop)
-		logs.job.Info(noop)
+	if !a.changed(res) {
+		if err := d.checkTenant(ctx, a.r, a.partition, a.row, logs.proc); err != nil {
+			return res, logs, false, err
+		}
+		d.stats(a.r).NoOps.Add(1)
+		logs.proc.Debug(a.noop)
+		logs.job.Info(a.noop)
 		return res, logs, false, nil
 	}
-	d.applied(r, deadlineMs)
+	d.applied(a.r, a.deadlineMs)
 	return res, logs, true, nil
+}
+
+// checkTenant returns the error that cancels the job of a row of r that
+// changed nothing because it lies outside the fleet's tenant filter (its
+// row statement re-checks the filter): such a job was enqueued by someone
+// else (another fleet's River schema shares no jobs with this one), and
+// retrying it here would never change the row. Nil when the fleet has no
+// filter or the row is in it.
+func (d *deps) checkTenant(ctx context.Context, r *Reconciler, partition int16, row store.DueRow, log *slog.Logger) error {
+	if d.cfg.Filter.Empty() {
+		return nil
+	}
+	outside, err := r.Due.Outside(ctx, d.cfg.Pool, partition, row, d.cfg.Filter)
+	if err != nil || !outside {
+		return err
+	}
+	return d.outsideTenant(r, partition, log)
+}
+
+// outsideTenant counts and logs the job of a row of r outside the fleet's
+// tenant filter and returns the error that cancels it (see checkTenant).
+func (d *deps) outsideTenant(r *Reconciler, partition int16, log *slog.Logger) error {
+	d.stats(r).Skipped.Add(1)
+	log.Warn("row outside this fleet's tenant filter; job cancelled, row left unchanged",
+		"namespace", d.cfg.Filter.Namespace, "tag_key", d.cfg.Filter.TagKey, "tag_value", d.cfg.Filter.TagValue)
+	return river.JobCancel(fmt.Errorf("%s row in partition %d is outside this fleet's tenant filter (%s); left unchanged",
+		r.Name, partition, d.cfg.Filter))
 }
 
 // jobLog returns the logger whose output River keeps with the job (shown in

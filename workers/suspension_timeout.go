@@ -25,7 +25,7 @@ var SuspensionTimeout = define[jobs.SuspensionTimeoutTickArgs, jobs.SuspensionTi
 	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
 }, func(d *deps) river.Worker[jobs.SuspensionExpireArgs] {
 	return &suspensionExpireWorker{d: d, suspensions: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.SuspensionExpireResult, error) {
-		return store.ExpireSuspensions(ctx, d.cfg.Pool, p, ids, store.NowMs())
+		return store.ExpireSuspensions(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -38,9 +38,14 @@ type suspensionExpireWorker struct {
 
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, SuspensionTimeout, job.JobRow, a.Partition, a.DeadlineMs, w.suspensions, a.ExecutionID,
-		func(r store.SuspensionExpireResult) bool { return r.Applied },
-		"suspension resolved or timeout no longer lapsed under lock; nothing changed", "execution_id", a.ExecutionID)
+	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.SuspensionExpireResult]{
+		r: SuspensionTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.suspensions, key: a.ExecutionID,
+		changed: func(r store.SuspensionExpireResult) bool { return r.Applied },
+		row:     store.DueRow{ID: a.ExecutionID},
+		noop:    "suspension resolved or timeout no longer lapsed under lock; nothing changed",
+		attrs:   []any{"execution_id", a.ExecutionID},
+	})
 	if !ok {
 		return err
 	}

@@ -26,7 +26,7 @@ var WaitpointExpiry = define[jobs.WaitpointExpiryTickArgs, jobs.WaitpointExpiryS
 	return jobs.WaitpointCloseArgs{Partition: p, WaitpointID: x.ID, DeadlineMs: x.AtMs}
 }, func(d *deps) river.Worker[jobs.WaitpointCloseArgs] {
 	return &waitpointCloseWorker{d: d, closes: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.WaitpointCloseResult, error) {
-		return store.CloseWaitpoints(ctx, d.cfg.Pool, p, ids, store.NowMs())
+		return store.CloseWaitpoints(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
 	})}
 })
 
@@ -39,9 +39,14 @@ type waitpointCloseWorker struct {
 
 func (w *waitpointCloseWorker) Work(ctx context.Context, job *river.Job[jobs.WaitpointCloseArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, WaitpointExpiry, job.JobRow, a.Partition, a.DeadlineMs, w.closes, a.WaitpointID,
-		func(r store.WaitpointCloseResult) bool { return r.Closed },
-		"waitpoint gone or no longer expired under lock; nothing changed", "waitpoint_id", a.WaitpointID)
+	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.WaitpointCloseResult]{
+		r: WaitpointExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.closes, key: a.WaitpointID,
+		changed: func(r store.WaitpointCloseResult) bool { return r.Closed },
+		row:     store.DueRow{ID: a.WaitpointID},
+		noop:    "waitpoint gone or no longer expired under lock; nothing changed",
+		attrs:   []any{"waitpoint_id", a.WaitpointID},
+	})
 	if !ok {
 		return err
 	}

@@ -44,11 +44,14 @@ type workerSweepWorker struct {
 
 func (w *workerSweepWorker) Work(ctx context.Context, job *river.Job[jobs.WorkerSweepArgs]) error {
 	a := job.Args
-	res, logs, ok, err := act(ctx, w.d, WorkerRegistryTTL, job.JobRow, a.Partition, a.DeadlineMs,
-		w.sweeps, store.WorkerRef{Namespace: a.Namespace, WorkerInstanceID: a.WorkerInstanceID},
-		func(r store.WorkerSweepResult) bool { return r.Swept },
-		"worker registration renewed or gone under lock; nothing changed",
-		"namespace", a.Namespace, "worker_instance_id", a.WorkerInstanceID)
+	res, logs, ok, err := act(ctx, w.d, rowAction[store.WorkerRef, store.WorkerSweepResult]{
+		r: WorkerRegistryTTL, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		co: w.sweeps, key: store.WorkerRef{Namespace: a.Namespace, WorkerInstanceID: a.WorkerInstanceID},
+		changed: func(r store.WorkerSweepResult) bool { return r.Swept },
+		row:     store.DueRow{ID: a.Namespace, ID2: a.WorkerInstanceID},
+		noop:    "worker registration renewed or gone under lock; nothing changed",
+		attrs:   []any{"namespace", a.Namespace, "worker_instance_id", a.WorkerInstanceID},
+	})
 	if !ok {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
-	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -199,20 +198,12 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	}
 
 	if err := f.Start(ctx); err != nil {
-		return fmt.Errorf("start River client: %w", dbconn.Scrub(err, fc.DatabaseURL))
-	}
-	// The heartbeat row (worker status) outlives ctx until Stop has
-	// finished: deferred after f.Close, this runs first. It uses River's
-	// pool, which row jobs cannot saturate.
-	hbCtx, stopHeartbeat := context.WithCancel(context.WithoutCancel(ctx))
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		if err := heartbeat.Run(hbCtx, f.RiverPool, fc.RiverSchema, f.Client.ID(), heartbeat.DefaultInterval, logger); err != nil {
-			logger.Warn("worker heartbeat not started", "error", err)
+		var mismatch *fleet.ConfigMismatchError
+		if errors.As(err, &mismatch) {
+			return err
 		}
-	}()
-	defer func() { stopHeartbeat(); <-hbDone }()
+		return fmt.Errorf("start: %w", dbconn.Scrub(err, fc.DatabaseURL))
+	}
 	ready.Store(true)
 	logger.Info("worker running", "http_addr", addr, "river_ui", uiURL(addr, rc.ui))
 	if started != nil {

@@ -33,7 +33,7 @@ const (
 	// as "at least".
 	statusDueCap = 100_000
 	// statusLateAfter marks a heartbeat as late: three beats missed.
-	statusLateAfter = 3 * heartbeat.DefaultInterval
+	statusLateAfter = heartbeat.LiveFor
 	// statusAttempts bounds the reads of a report that fail with "out of
 	// shared memory".
 	statusAttempts = 4
@@ -243,7 +243,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 		rep.Due = append(rep.Due, d)
 	}
 
-	queues := []string{jobs.QueueControl, jobs.QueueRows}
+	queues := []string{jobs.QueueTicks, jobs.QueueControl, jobs.QueueRows}
 	depth, err := store.RiverQueueDepth(ctx, db, schema, queues)
 	if err != nil {
 		return nil, err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
-	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
@@ -113,8 +111,8 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 				t.Errorf("%s: %+v; want %d due", name, got, want)
 			}
 		}
-		if len(rep.Queues) != 2 {
-			t.Fatalf("queues %+v; want ff_control and ff_rows", rep.Queues)
+		if len(rep.Queues) != 3 {
+			t.Fatalf("queues %+v; want ff_ticks, ff_control and ff_rows", rep.Queues)
 		}
 		for _, q := range rep.Queues {
 			if len(q.States) != len(riverStates()) {
@@ -164,6 +162,7 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 			`(?m)^delayed_promotion +1 +0 +p12: 1$`,
 			`(?m)^cancel_dispatch +1 +0 +p13: 1$`,
 			`(?m)^QUEUE +AVAILABLE +SCHEDULED +PENDING +RUNNING +RETRYABLE +COMPLETED +DISCARDED +CANCELLED$`,
+			`(?m)^ff_ticks +0 +0 +0 +0 +0 +0 +0 +0$`,
 			`(?m)^ff_control +0 +1 +0 +0 +0 +0 +0 +0$`,
 			`(?m)^ff_rows +3 +0 +0 +0 +0 +0 +0 +0$`,
 			`(?m)^ff\.lease_expiry\.release +3$`,
@@ -192,16 +191,6 @@ func TestStatusShowsLeaderAndHeartbeats(t *testing.T) {
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
 	id := f.Client.ID()
 
-	// The heartbeat loop as `worker run` starts it, beating faster.
-	hbCtx, stopBeats := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := heartbeat.Run(hbCtx, f.RiverPool, testdb.RiverSchema, id, 200*time.Millisecond, fleettest.Logger(t)); err != nil {
-			t.Errorf("heartbeat.Run: %v", err)
-		}
-	})
-	t.Cleanup(func() { stopBeats(); wg.Wait() })
-
 	var rep statusReport
 	fleettest.WaitFor(t, 20*time.Second, "the fleet's leader and heartbeat in worker status", func() (bool, string) {
 		rep = statusJSON(t, db)
@@ -219,10 +208,11 @@ func TestStatusShowsLeaderAndHeartbeats(t *testing.T) {
 	}
 
 	// A clean stop removes the process from the list at once.
-	stopBeats()
-	wg.Wait()
+	if err := f.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	if rep := statusJSON(t, db); len(rep.Workers) != 0 {
-		t.Errorf("workers after the heartbeat stopped: %+v; want none", rep.Workers)
+		t.Errorf("workers after a clean stop: %+v; want none", rep.Workers)
 	}
 }
 

@@ -256,6 +256,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	if err == nil {
 		_, err = migrations.ApplyFF(ctx, tpool)
 	}
+	if err == nil {
+		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
+	}
 	tpool.Close()
 	if err != nil {
 		return nil, nil, err

@@ -25,6 +25,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fetchwake"
+	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/metrics"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -170,6 +171,9 @@ type Fleet struct {
 	Waker *fetchwake.Waker
 
 	stopWaker func() // stops the waker's goroutine and waits for it
+	// stopBeat stops the heartbeat's goroutine, which deletes the
+	// process's row, and waits for it.
+	stopBeat func()
 }
 
 // WithDefaults returns a copy of c with every unset field at its default.
@@ -323,6 +327,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// custom plan sees the table's current size
 			// (docs/performance.md).
 			"plan_cache_mode": "force_custom_plan",
+			"jit":             "off", // see the tick pool
 		}})
 	if err != nil {
 		return nil, err
@@ -349,6 +354,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// (docs/performance.md, "Tick plans, and row statements that
 			// read whole partitions").
 			"enable_seqscan": "off",
+			"jit":            "off", // see the tick pool
 		},
 	})
 	if err != nil {
@@ -358,7 +364,17 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	// Ticks run one at a time on the leader: two connections suffice.
 	tickPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
 		MaxConns: 2, AppName: "ffreconcile-tick", Tracer: tracer,
-		RuntimeParams: map[string]string{"plan_cache_mode": "force_generic_plan"},
+		RuntimeParams: map[string]string{
+			"plan_cache_mode": "force_generic_plan",
+			// A generic plan over 256 partitions (and a join to 256 more)
+			// is costed past jit_above_cost, and compiling its ~3,000
+			// expressions took 1.2 s per run of a statement that itself
+			// takes milliseconds: the attempt timeout's tick then outran
+			// its 2 s interval and starved every other tick and scan
+			// (docs/performance.md). None of the fleet's statements reads
+			// enough rows for JIT to pay back.
+			"jit": "off",
+		},
 	})
 	if err != nil {
 		riverPool.Close()
@@ -437,7 +453,13 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		ID:     cfg.ClientID,
 		Logger: cfg.Logger,
 		Queues: map[string]river.QueueConfig{
-			// Ticks and scans: few, short, and never stuck behind rows.
+			// Ticks, one at a time: each plans over every partition of its
+			// table and locks every child and index while it runs, so
+			// several at once would need most of a default lock table
+			// (max_locks_per_transaction 64 × max_connections 100 = 6,400
+			// slots) and fail with "out of shared memory" next to other
+			// work. Scans: few, short, and never stuck behind ticks or rows.
+			jobs.QueueTicks:   {MaxWorkers: 1, FetchCooldown: 10 * time.Millisecond},
 			jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
 			jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
 		},
@@ -510,8 +532,22 @@ func lookaheads(intervals map[string]time.Duration, margin time.Duration) map[st
 	return out
 }
 
-// Start starts the River client and the waker.
+// Start registers the process in the heartbeat table, which refuses it
+// (*ConfigMismatchError) when a live process of its River schema is
+// configured differently, then starts the River client, the heartbeat and
+// the waker.
 func (f *Fleet) Start(ctx context.Context) error {
+	if f.stopBeat == nil {
+		cfg := f.Config
+		proc, err := heartbeat.Register(ctx, f.RiverPool, cfg.RiverSchema, f.Client.ID(), cfg.shapeJSON(), cfg.acceptLive, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); proc.Run(bctx, heartbeat.DefaultInterval) }()
+		f.stopBeat = func() { cancel(); <-done }
+	}
 	if f.Waker != nil && f.stopWaker == nil {
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
@@ -522,8 +558,13 @@ func (f *Fleet) Start(ctx context.Context) error {
 }
 
 // Stop stops fetching new jobs and waits for running ones until ctx ends,
-// then cancels what is still running and waits for it to return.
+// then cancels what is still running and waits for it to return. The
+// heartbeat row goes last: a process configured otherwise may start once
+// this one has stopped working.
 func (f *Fleet) Stop(ctx context.Context) error {
+	if f.stopBeat != nil {
+		defer func() { f.stopBeat(); f.stopBeat = nil }()
+	}
 	if f.stopWaker != nil {
 		defer f.stopWaker()
 	}
@@ -539,10 +580,15 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the waker if Stop did not, then closes the pools.
+// Close stops the waker and the heartbeat if Stop did not, then closes the
+// pools.
 func (f *Fleet) Close() {
 	if f.stopWaker != nil {
 		f.stopWaker()
+	}
+	if f.stopBeat != nil {
+		f.stopBeat()
+		f.stopBeat = nil
 	}
 	f.TickPool.Close()
 	f.WorkPool.Close()

@@ -65,6 +65,9 @@ func TestPoolSessionSettings(t *testing.T) {
 		{"tick", "enable_seqscan", "on"},
 		{"river", "plan_cache_mode", "force_custom_plan"},
 		{"river", "enable_seqscan", "on"},
+		{"work", "jit", "off"},
+		{"tick", "jit", "off"},
+		{"river", "jit", "off"},
 	}
 	pools := map[string]*pgxpool.Pool{"work": f.WorkPool, "tick": f.TickPool, "river": f.RiverPool}
 	for _, tt := range tests {

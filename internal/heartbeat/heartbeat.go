@@ -7,7 +7,6 @@ package heartbeat
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -32,53 +31,86 @@ const (
 	stopTimeout = 5 * time.Second
 	// beatTimeout bounds one beat's statements.
 	beatTimeout = 5 * time.Second
+	// LiveFor is the age up to which a row counts as a live process when a
+	// process registers (Register): three missed beats at DefaultInterval.
+	LiveFor = 3 * DefaultInterval
 )
 
-// Run records the process clientID in schema's heartbeat table at once and
-// then every `every` (DefaultInterval when 0), deleting up to a bounded
-// number of stale rows (older than StaleAfter) at each beat. When ctx ends it
-// deletes its own row and returns nil.
-//
-// A failed beat is logged and retried at the next one: a database blip must
-// not stop a worker, and a missing row only makes `worker status` show the
-// process as absent. Run returns an error only for unusable arguments.
+// DB is what Register needs: *pgxpool.Pool satisfies it.
+type DB interface {
+	store.DB
+	store.Beginner
+}
+
+// Process is a registered process's heartbeat (see Register).
+type Process struct{ b *beater }
+
+// Register records the process clientID in schema's heartbeat table with
+// config, its fleet configuration as JSON, once accept (when not nil) has
+// approved the other live processes of the schema (those that beat within
+// LiveFor; see store.RegisterWorkerHeartbeat), and returns the Process
+// whose Run keeps the row fresh. An error from accept is returned as is,
+// with nothing recorded.
 //
 // db is any pool; use one that a backlog of jobs cannot starve (River's
 // pool rather than the reconcilers' work pool), or heartbeats of a busy
 // process turn late.
-func Run(ctx context.Context, db store.DB, schema, clientID string, every time.Duration, logger *slog.Logger) error {
+func Register(ctx context.Context, db DB, schema, clientID string, config []byte,
+	accept func(live []store.WorkerHeartbeat) error, logger *slog.Logger) (*Process, error) {
 	if err := migrations.ValidateSchemaName(schema); err != nil {
-		return err
+		return nil, err
 	}
 	if clientID == "" {
-		return errors.New("heartbeat: client ID is empty")
-	}
-	if every == 0 {
-		every = DefaultInterval
-	}
-	if every < 0 {
-		return fmt.Errorf("heartbeat: interval %s is negative", every)
+		return nil, errors.New("heartbeat: client ID is empty")
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
+	if accept == nil {
+		accept = func([]store.WorkerHeartbeat) error { return nil }
+	}
+	b := newBeater(db, schema, clientID, config, logger)
+	started, err := store.RegisterWorkerHeartbeat(ctx, db, schema, b.row, LiveFor, accept)
+	if err != nil {
+		return nil, err
+	}
+	b.row.StartedAt = started
+	return &Process{b: b}, nil
+}
+
+// Run beats every `every` (DefaultInterval when 0 or negative) until ctx
+// ends, then deletes the process's row. Each beat also deletes up to a
+// bounded number of stale rows (older than StaleAfter). A failed beat is
+// logged and retried at the next one: a database blip must not stop a
+// worker, and a missing row only makes `worker status` show the process as
+// absent.
+func (p *Process) Run(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = DefaultInterval
+	}
+	p.b.loop(ctx, every)
+}
+
+func newBeater(db store.DB, schema, clientID string, config []byte, logger *slog.Logger) *beater {
 	hostname, err := os.Hostname()
 	if err != nil || hostname == "" {
 		hostname = "unknown"
 	}
-	b := &beater{
+	return &beater{
 		db: db, schema: schema, logger: logger,
-		row: store.WorkerHeartbeat{ClientID: clientID, Hostname: hostname, PID: os.Getpid(), Version: Version()},
+		row: store.WorkerHeartbeat{ClientID: clientID, Hostname: hostname, PID: os.Getpid(), Version: Version(), Config: config},
 	}
+}
 
-	b.beat(ctx)
+// loop beats every `every` until ctx ends, then deletes the row.
+func (b *beater) loop(ctx context.Context, every time.Duration) {
 	ticker := time.NewTicker(every)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			b.stop()
-			return nil
+			return
 		case <-ticker.C:
 			b.beat(ctx)
 		}

@@ -18,7 +18,20 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-func TestRunBeatsCleansUpAndDeletesOnStop(t *testing.T) {
+// register registers clientID on db's schema river, failing t on an error.
+func register(t *testing.T, db *testdb.DB, clientID string, logger *slog.Logger) *heartbeat.Process {
+	t.Helper()
+	p, err := heartbeat.Register(context.Background(), db.Pool, testdb.RiverSchema, clientID, nil, nil, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestRegisterBeatsCleansUpAndDeletesOnStop: a registered process's row is
+// there at once and beaten fresh, rows of processes gone without a clean
+// stop are deleted, and a stop deletes the process's own row.
+func TestRegisterBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx := context.Background()
@@ -29,10 +42,9 @@ func TestRunBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- heartbeat.Run(runCtx, db.Pool, testdb.RiverSchema, "me", 50*time.Millisecond, fleettest.Logger(t))
-	}()
+	proc := register(t, db, "me", fleettest.Logger(t))
+	done := make(chan struct{})
+	go func() { defer close(done); proc.Run(runCtx, 50*time.Millisecond) }()
 
 	list := func() map[string]store.WorkerHeartbeat {
 		rows, err := store.ListWorkerHeartbeats(ctx, db.Pool, testdb.RiverSchema)
@@ -64,10 +76,7 @@ func TestRunBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 
 	stop()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run returned %v; want nil on a clean stop", err)
-		}
+	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
@@ -76,34 +85,37 @@ func TestRunBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 	}
 }
 
-func TestRunRejectsBadArguments(t *testing.T) {
+func TestRegisterRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
-		"Schema":   func() error { return heartbeat.Run(ctx, nil, "a;b", "c", 0, nil) },
-		"ClientID": func() error { return heartbeat.Run(ctx, nil, "river", "", 0, nil) },
-		"Interval": func() error { return heartbeat.Run(ctx, nil, "river", "c", -time.Second, nil) },
+		"Schema":   func() error { _, err := heartbeat.Register(ctx, nil, "a;b", "c", nil, nil, nil); return err },
+		"ClientID": func() error { _, err := heartbeat.Register(ctx, nil, "river", "", nil, nil, nil); return err },
 	} {
 		if err := call(); err == nil {
-			t.Errorf("%s: Run returned nil; want an error", name)
+			t.Errorf("%s: Register returned nil; want an error", name)
 		}
 	}
 }
 
-// TestRunSurvivesAMissingTable: beats against a database whose heartbeat
-// table is missing fail, are logged once (not at every beat) and retried;
-// once the table exists the next beat records the process and says it
-// recovered, and a stop deletes the row. A regression that gave up after a
-// failed beat, or logged every one, fails here.
-func TestRunSurvivesAMissingTable(t *testing.T) {
+// TestRunSurvivesALostTable: once the heartbeat table is gone under a
+// running process, its beats fail, are logged once (not at every beat) and
+// retried; once the table is back the next beat records the process again
+// and says it recovered, and a stop deletes the row. A regression that gave
+// up after a failed beat, or logged every one, fails here.
+func TestRunSurvivesALostTable(t *testing.T) {
 	t.Parallel()
-	db := testdb.NewEmpty(t)
+	db := testdb.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
-	done := make(chan error, 1)
-	go func() { done <- heartbeat.Run(ctx, db.Pool, "river", "c", 20*time.Millisecond, logger) }()
+	proc := register(t, db, "c", logger)
+	if _, err := db.Pool.Exec(ctx, `DROP TABLE river.ffreconcile_worker`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); proc.Run(ctx, 20*time.Millisecond) }()
 
 	// Several beats fail meanwhile.
 	time.Sleep(200 * time.Millisecond)
@@ -116,14 +128,12 @@ func TestRunSurvivesAMissingTable(t *testing.T) {
 	if err := migrations.ApplyWorkerTable(context.Background(), db.Pool, "river"); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 5*time.Second, "a beat after the table appeared", func() (bool, string) {
+	fleettest.WaitFor(t, 5*time.Second, "a beat after the table came back", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker WHERE client_id = 'c'`)
 		return n == 1 && strings.Contains(logs.String(), "worker heartbeat recovered"), logs.String()
 	})
 	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run = %v; want nil", err)
-	}
+	<-done
 	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker`); n != 0 {
 		t.Fatalf("%d heartbeat rows after the stop; want 0", n)
 	}

@@ -1,0 +1,184 @@
+package fleet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// newFleet builds a fleet of cfg on db (not started); it is stopped and
+// closed when t ends.
+func newFleet(t *testing.T, db *testdb.DB, cfg fleet.Config) *fleet.Fleet {
+	t.Helper()
+	cfg.DatabaseURL, cfg.RiverSchema = db.URL, testdb.RiverSchema
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	f, err := fleet.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		_ = f.Stop(ctx)
+		f.Close()
+	})
+	return f
+}
+
+func only(rs ...*workers.Reconciler) map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for _, r := range rs {
+		m[r.Name] = r.Interval
+	}
+	return m
+}
+
+// TestStartRefusesAnotherConfiguration: a process configured otherwise than
+// a live process of its River schema does not start (nor records itself),
+// one configured alike does, and once the others have stopped, so does
+// the first. A regression starts both, and River's leader then ticks only
+// its own reconcilers: the other's rows wait forever.
+func TestStartRefusesAnotherConfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	leases := newFleet(t, db, fleet.Config{Reconcilers: only(workers.LeaseExpiry)})
+	if err := leases.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promotions := newFleet(t, db, fleet.Config{Reconcilers: only(workers.DelayedPromotion)})
+	err := promotions.Start(ctx)
+	var mismatch *fleet.ConfigMismatchError
+	if !errors.As(err, &mismatch) || mismatch.Other.ClientID != leases.Client.ID() ||
+		mismatch.Diff != "reconcilers delayed_promotion here, lease_expiry there" {
+		t.Fatalf("start of another configuration: %v; want a mismatch with %s naming the reconcilers", err, leases.Client.ID())
+	}
+	for _, want := range []string{"--river-schema", "docs/deployment.md", `River schema "river"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker`); n != 1 {
+		t.Fatalf("%d heartbeat rows; want only the running process's", n)
+	}
+
+	alike := newFleet(t, db, fleet.Config{Reconcilers: only(workers.LeaseExpiry)})
+	if err := alike.Start(ctx); err != nil {
+		t.Fatalf("start of the same configuration: %v", err)
+	}
+	for _, f := range []*fleet.Fleet{leases, alike} {
+		if err := f.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := promotions.Start(ctx); err != nil {
+		t.Fatalf("start once the others stopped: %v", err)
+	}
+}
+
+// TestConcurrentStartsOfTwoConfigurations: processes of two configurations
+// starting at once in an empty schema: every one of one configuration
+// starts, none of the other. Registrations are serialised, so a regression
+// (a check and an insert that can interleave) starts both kinds.
+func TestConcurrentStartsOfTwoConfigurations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const each = 3
+	var fleets []*fleet.Fleet
+	for i := range 2 * each {
+		r := workers.LeaseExpiry
+		if i%2 == 1 {
+			r = workers.SuspensionTimeout
+		}
+		fleets = append(fleets, newFleet(t, db, fleet.Config{Reconcilers: only(r)}))
+	}
+	errs := make([]error, len(fleets))
+	var wg sync.WaitGroup
+	for i, f := range fleets {
+		wg.Go(func() { errs[i] = f.Start(ctx) })
+	}
+	wg.Wait()
+	started := map[int]int{}
+	for i, err := range errs {
+		var mismatch *fleet.ConfigMismatchError
+		switch {
+		case err == nil:
+			started[i%2]++
+		case !errors.As(err, &mismatch):
+			t.Fatalf("start %d: %v", i, err)
+		}
+	}
+	if len(started) != 1 || (started[0] != each && started[1] != each) {
+		t.Fatalf("started %v (configuration → processes); want all %d of one configuration and none of the other", started, each)
+	}
+}
+
+// TestStartAcceptsAnEarlierVersion: a live process that records no
+// configuration (a version before this check, mid rolling upgrade) does not
+// block a start, which warns about it.
+func TestStartAcceptsAnEarlierVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	if _, err := store.UpsertWorkerHeartbeat(ctx, db.Pool, testdb.RiverSchema,
+		store.WorkerHeartbeat{ClientID: "old-version", Hostname: "h", PID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	f := newFleet(t, db, fleet.Config{Reconcilers: only(workers.LeaseExpiry),
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err := f.Start(ctx); err != nil {
+		t.Fatalf("start next to an earlier version: %v", err)
+	}
+	if !strings.Contains(logs.String(), "does not record its configuration") || !strings.Contains(logs.String(), "old-version") {
+		t.Fatalf("no warning naming the earlier version's process:\n%s", logs.String())
+	}
+}
+
+// TestStartNeedsAMigratedHeartbeatTable: without the config column (a
+// heartbeat table of an earlier version) a start fails saying to run
+// `worker migrate`, which adds it.
+func TestStartNeedsAMigratedHeartbeatTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE river.ffreconcile_worker DROP COLUMN config`); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t, db, fleet.Config{Reconcilers: only(workers.LeaseExpiry)})
+	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "run `worker migrate`") {
+		t.Fatalf("start on an outdated heartbeat table: %v; want it to say to run worker migrate", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
