@@ -47,6 +47,11 @@ const (
 	QueueTicks   = "ff_ticks"   // periodic ticks
 	QueueControl = "ff_control" // partition scans
 	QueueRows    = "ff_rows"    // one job per row action
+	// QueueRetention holds retention's partition trims and the outbox
+	// trims: long deletes, worked one at a time per process, so that
+	// trimming a backlog never holds a worker another reconciler's scans or
+	// rows need.
+	QueueRetention = "ff_retention"
 )
 
 // DefaultRiverSchema is the Postgres schema of River's tables, where other

@@ -30,6 +30,13 @@ type reader struct {
 	stopping bool
 	stopAt   int64
 
+	// acceptTrimmed: a trim ahead of the cursor is reported as an
+	// EventTrimmed notice instead of ending the subscription;
+	// trimmedThrough is the highest trim mark reported, below which holes
+	// are passed at once (their events are deleted, not in flight).
+	acceptTrimmed  bool
+	trimmedThrough int64
+
 	hold *hold
 	// ignored holds transactions that outlived gapWait while blocking a
 	// hole; later holes do not wait for them again, so one long transaction
@@ -82,6 +89,12 @@ func (r *reader) pump(ctx context.Context, db leaseEventDB, emit func(Event) err
 		rows, err := store.LeaseEventsAfter(ctx, db, r.cursor, batchSize)
 		if err != nil {
 			return false, err
+		}
+		if len(rows) > 0 && rows[0].EventID > r.cursor+1 {
+			// A hole at the cursor: in flight, rolled back, or trimmed.
+			if err := r.checkTrimmed(ctx, db, emit); err != nil {
+				return false, err
+			}
 		}
 		now := r.now()
 		for i := range rows {
@@ -148,6 +161,11 @@ func (r *reader) checkHold(ctx context.Context, db leaseEventDB) error {
 // and returns false. lastID is the highest id in the current read.
 func (r *reader) passHole(row *store.LeaseEvent, lastID int64, now time.Time) bool {
 	first := r.cursor + 1
+	if first <= r.trimmedThrough {
+		// Deleted by outbox retention, already reported.
+		r.setCursor(min(row.EventID-1, r.trimmedThrough))
+		return true
+	}
 	h := r.hold
 	if h == nil || first >= h.coverMax {
 		// A hole not covered by the current hold: the transactions to wait

@@ -74,6 +74,12 @@ type Options struct {
 	// documentation). Defaults to DefaultGapWait.
 	GapWait time.Duration
 
+	// AcceptTrimmed: events after the cursor deleted by outbox retention
+	// are reported with an EventTrimmed notice and the stream goes on,
+	// instead of Subscribe (or the running subscription) failing with a
+	// *TrimmedError. See "Across a trim" in docs/lease-history.md.
+	AcceptTrimmed bool
+
 	// StopWhenCaughtUp makes a bounded read: Subscribe notes the highest
 	// committed event id, the subscription delivers everything up to it
 	// and then ends (Events is closed, Err returns nil). It never listens,
@@ -166,7 +172,7 @@ func Subscribe(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Subscrip
 	}
 	o.ReconnectBackoffMax = max(o.ReconnectBackoffMax, o.ReconnectBackoff)
 
-	r := &reader{filter: f, logger: o.Logger, gapWait: o.GapWait, now: time.Now}
+	r := &reader{filter: f, logger: o.Logger, gapWait: o.GapWait, now: time.Now, acceptTrimmed: o.AcceptTrimmed}
 	if o.Cursor.IsZero() {
 		maxID, err := store.MaxLeaseEventID(ctx, pool)
 		if err != nil {
@@ -179,6 +185,13 @@ func Subscribe(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Subscrip
 			return nil, fmt.Errorf("leasehistory: %w", err)
 		}
 		r.setCursor(id)
+		// A cursor already behind a trim is refused here, synchronously;
+		// with AcceptTrimmed the notice is the first event.
+		if !o.AcceptTrimmed {
+			if err := r.checkTrimmed(ctx, pool, nil); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if o.StopWhenCaughtUp {
 		maxID, err := store.MaxLeaseEventID(ctx, pool)
@@ -242,6 +255,10 @@ func (s *Subscription) run(ctx context.Context, pool *pgxpool.Pool, o *Options) 
 		if ctx.Err() != nil {
 			return nil
 		}
+		var trimmed *TrimmedError
+		if errors.As(err, &trimmed) {
+			return trimmed
+		}
 		if healthy {
 			backoff = o.ReconnectBackoff
 		}
@@ -264,6 +281,10 @@ func (s *Subscription) runBounded(ctx context.Context, pool *pgxpool.Pool, emit 
 		holding, err := s.r.pump(ctx, pool, emit)
 		if ctx.Err() != nil {
 			return nil
+		}
+		var trimmed *TrimmedError
+		if errors.As(err, &trimmed) {
+			return trimmed
 		}
 		if err != nil {
 			return fmt.Errorf("leasehistory: %w", err)

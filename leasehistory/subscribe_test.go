@@ -105,6 +105,8 @@ func ids(evs []leasehistory.Event) []int64 {
 	return out
 }
 
+// testCtx bounds a test's reads to a minute. Take it after the test's
+// database: creating one can take most of a minute on a loaded machine.
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -125,8 +127,8 @@ func TestTailFromNow(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testCtx(t)
 			db := testdb.New(t)
+			ctx := testCtx(t)
 			for range 3 {
 				insertEvent(t, ctx, db.Pool, 1, "acquired", nil, nil)
 			}
@@ -149,8 +151,8 @@ func TestTailFromNow(t *testing.T) {
 
 func TestResumeAfterCursor(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 	for range 5 {
 		insertEvent(t, ctx, db.Pool, 0, "acquired", nil, nil)
 	}
@@ -222,8 +224,8 @@ func TestSubscribeRefusesBadOptions(t *testing.T) {
 
 func TestFilters(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 	// id: partition, namespace, tag
 	rows := []struct {
 		part    int
@@ -274,8 +276,8 @@ func TestFilters(t *testing.T) {
 // A following, filtered subscriber advances past rows it does not deliver.
 func TestFilteredCursorAdvancesWhileFollowing(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{Namespace: "a", Partitions: []int{3}})
 	want := insertEvent(t, ctx, db.Pool, 3, "acquired", "a", nil)
 	if ev := next(t, sub); ev.EventID != want {
@@ -308,8 +310,8 @@ func waitCursor(t *testing.T, sub *leasehistory.Subscription, id int64) {
 
 func TestSkipsUndecodableRows(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 	good1 := insertEvent(t, ctx, db.Pool, 1, "acquired", nil, nil)
 	insertEvent(t, ctx, db.Pool, 1, "teleported", nil, nil)
 	if _, err := db.Pool.Exec(ctx, `INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
@@ -348,8 +350,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 		for _, aHasHigherXid := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/a_has_higher_xid=%v", m.name, aHasHigherXid), func(t *testing.T) {
 				t.Parallel()
-				ctx := testCtx(t)
 				db := testdb.New(t)
+				ctx := testCtx(t)
 				sub := subscribe(t, ctx, db.Pool, m.opts)
 
 				txA, err := db.Pool.Begin(ctx)
@@ -409,8 +411,8 @@ func TestRolledBackHoleIsPassed(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := testCtx(t)
 			db := testdb.New(t)
+			ctx := testCtx(t)
 			opts := m.opts
 			// Far beyond next's wait: an event that arrives was let
 			// through by the rollback, not by the bound.
@@ -442,8 +444,8 @@ func TestRolledBackHoleIsPassed(t *testing.T) {
 // checks look at which transactions were waited for, not at timing.
 func TestGapWaitBound(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 	const gapWait = time.Second
 	var logs syncBuffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{GapWait: gapWait,
@@ -504,8 +506,8 @@ func TestGapWaitBound(t *testing.T) {
 // transactions) times out in next, or logs the bound.
 func TestOtherDatabasesTransactionsAreIgnored(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db, other := testdb.New(t), testdb.NewEmpty(t)
+	ctx := testCtx(t)
 	var logs syncBuffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{GapWait: 10 * time.Minute,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
@@ -541,8 +543,8 @@ func TestOtherDatabasesTransactionsAreIgnored(t *testing.T) {
 // inserting: every event arrives exactly once, in order.
 func TestListenerConnectionKilled(t *testing.T) {
 	t.Parallel()
-	ctx := testCtx(t)
 	db := testdb.New(t)
+	ctx := testCtx(t)
 
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)

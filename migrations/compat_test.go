@@ -19,7 +19,8 @@ import (
 // line, so two schemas compare line by line: each column (in order, with its
 // type, nullability and default), the partitioning and the number and names
 // of the hash children, the primary key, every index of the parent, the
-// triggers and their functions' bodies (whitespace folded). Index definitions name the table (ON ONLY t, not the child), so
+// triggers and their functions' bodies (whitespace folded); indexes of our
+// own (ffreconcile_*, see migrations.ApplyRetentionIndex) are left out. Index definitions name the table (ON ONLY t, not the child), so
 // they compare across databases.
 const catalogSQL = `
 SELECT t || ' column ' || lpad(a.attnum::text, 2, '0') || ' ' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
@@ -42,6 +43,7 @@ SELECT t || ' constraint ' || con.conname || ' ' || pg_get_constraintdef(con.oid
 UNION ALL
 SELECT t || ' index ' || regexp_replace(pg_get_indexdef(ix.indexrelid), ' ON (ONLY )?public\.', ' ON ')
   FROM unnest($1::text[]) t JOIN pg_index ix ON ix.indrelid = t::regclass
+ WHERE ix.indexrelid::regclass::text NOT LIKE 'ffreconcile\_%'
 UNION ALL
 SELECT t || ' trigger ' || tg.tgname || ' ' || regexp_replace(pg_get_triggerdef(tg.oid), ' ON public\.', ' ON ')
   FROM unnest($1::text[]) t JOIN pg_trigger tg ON tg.tgrelid = t::regclass AND NOT tg.tgisinternal

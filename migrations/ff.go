@@ -296,6 +296,181 @@ $$`,
     reason              text,
     PRIMARY KEY (partition_key, namespace, worker_instance_id, event_at_ms, event_kind)`,
 	},
+	// The execution-scoped tables below are read by no reconciler: retention
+	// deletes a trimmed execution's rows from them, as FlowFabric's trim
+	// does (store/retention.go).
+	{
+		name:        "ff_claim_grant",
+		partitioned: true,
+		columns: `
+    partition_key        smallint NOT NULL,
+    grant_id             bytea    NOT NULL,
+    execution_id         uuid     NOT NULL,
+    kind                 text     NOT NULL CHECK (kind IN ('claim','reclaim')),
+    worker_id            text     NOT NULL,
+    worker_instance_id   text     NOT NULL,
+    lane_id              text,
+    capability_hash      text,
+    worker_capabilities  jsonb    NOT NULL DEFAULT '[]'::jsonb,
+    route_snapshot_json  text,
+    admission_summary    text,
+    grant_ttl_ms         bigint   NOT NULL,
+    issued_at_ms         bigint   NOT NULL,
+    expires_at_ms        bigint   NOT NULL,
+    PRIMARY KEY (partition_key, grant_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_claim_grant_execution_idx ON ff_claim_grant (partition_key, execution_id)`,
+			`CREATE INDEX ff_claim_grant_expiry_idx ON ff_claim_grant (expires_at_ms)`,
+		},
+	},
+	{
+		name:        "ff_stream_frame",
+		partitioned: true,
+		columns: `
+    partition_key  smallint NOT NULL,
+    execution_id   uuid     NOT NULL,
+    attempt_index  integer  NOT NULL,
+    ts_ms          bigint   NOT NULL,
+    seq            integer  NOT NULL,
+    fields         jsonb    NOT NULL,
+    mode           text     NOT NULL,
+    created_at_ms  bigint   NOT NULL,
+    PRIMARY KEY (partition_key, execution_id, attempt_index, ts_ms, seq)`,
+		indexes: []string{
+			`CREATE INDEX ff_stream_frame_ts_seq_idx ON ff_stream_frame (partition_key, execution_id, attempt_index, ts_ms, seq)`,
+		},
+		post: []string{
+			`CREATE OR REPLACE FUNCTION ff_notify_stream_frame() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    chan text;
+BEGIN
+    chan := 'ff_stream_' || NEW.execution_id::text || '_' || NEW.attempt_index::text;
+    PERFORM pg_notify(chan, NEW.ts_ms::text || '-' || NEW.seq::text);
+    RETURN NEW;
+END
+$$`,
+			`CREATE TRIGGER ff_stream_frame_notify_trg AFTER INSERT ON ff_stream_frame
+    FOR EACH ROW EXECUTE FUNCTION ff_notify_stream_frame()`,
+		},
+	},
+	{
+		name:        "ff_stream_summary",
+		partitioned: true,
+		columns: `
+    partition_key     smallint NOT NULL,
+    execution_id      uuid     NOT NULL,
+    attempt_index     integer  NOT NULL,
+    document_json     jsonb    NOT NULL,
+    version           integer  NOT NULL DEFAULT 0,
+    patch_kind        text,
+    last_updated_ms   bigint   NOT NULL,
+    first_applied_ms  bigint   NOT NULL,
+    PRIMARY KEY (partition_key, execution_id, attempt_index)`,
+	},
+	{
+		name:        "ff_stream_meta",
+		partitioned: true,
+		columns: `
+    partition_key        smallint         NOT NULL,
+    execution_id         uuid             NOT NULL,
+    attempt_index        integer          NOT NULL,
+    ema_rate_hz          double precision NOT NULL DEFAULT 0,
+    last_append_ts_ms    bigint           NOT NULL DEFAULT 0,
+    maxlen_applied_last  integer          NOT NULL DEFAULT 0,
+    PRIMARY KEY (partition_key, execution_id, attempt_index)`,
+	},
+	{
+		name:        "ff_cancel_backlog_member",
+		partitioned: true,
+		columns: `
+    partition_key  smallint NOT NULL,
+    flow_id        uuid     NOT NULL,
+    execution_id   text     NOT NULL,
+    PRIMARY KEY (partition_key, flow_id, execution_id)`,
+	},
+	{
+		name:        "ff_quota_window",
+		partitioned: true,
+		columns: `
+    partition_key    smallint NOT NULL,
+    quota_policy_id  text     NOT NULL,
+    dimension        text     NOT NULL DEFAULT '',
+    admitted_at_ms   bigint   NOT NULL,
+    execution_id     text     NOT NULL,
+    PRIMARY KEY (partition_key, quota_policy_id, dimension, admitted_at_ms, execution_id)`,
+	},
+	{
+		name:        "ff_quota_admitted",
+		partitioned: true,
+		columns: `
+    partition_key    smallint NOT NULL,
+    quota_policy_id  text     NOT NULL,
+    execution_id     text     NOT NULL,
+    admitted_at_ms   bigint   NOT NULL,
+    expires_at_ms    bigint   NOT NULL,
+    PRIMARY KEY (partition_key, quota_policy_id, execution_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_quota_admitted_expires_idx ON ff_quota_admitted (partition_key, expires_at_ms)`,
+		},
+	},
+	{
+		name:        "ff_signal_event",
+		partitioned: false,
+		columns: `
+    event_id         bigserial PRIMARY KEY,
+    execution_id     text      NOT NULL,
+    signal_id        text      NOT NULL,
+    waitpoint_id     text,
+    source_identity  text,
+    delivered_at_ms  bigint    NOT NULL,
+    partition_key    integer   NOT NULL,
+    namespace        text,
+    instance_tag     text`,
+		indexes: []string{
+			`CREATE INDEX ff_signal_event_partition_key_idx ON ff_signal_event (partition_key, event_id)`,
+			`CREATE INDEX ff_signal_event_namespace_idx ON ff_signal_event (partition_key, namespace) WHERE namespace IS NOT NULL`,
+			`CREATE INDEX ff_signal_event_instance_tag_idx ON ff_signal_event (partition_key, instance_tag) WHERE instance_tag IS NOT NULL`,
+		},
+		post: []string{
+			`CREATE OR REPLACE FUNCTION ff_notify_signal_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ff_signal_event', NEW.event_id::text);
+    RETURN NEW;
+END
+$$`,
+			`CREATE TRIGGER ff_signal_event_notify_trg AFTER INSERT ON ff_signal_event
+    FOR EACH ROW EXECUTE FUNCTION ff_notify_signal_event()`,
+		},
+	},
+	{
+		name:        "ff_operator_event",
+		partitioned: false,
+		columns: `
+    event_id        bigserial PRIMARY KEY,
+    execution_id    text      NOT NULL,
+    event_type      text      NOT NULL
+        CHECK (event_type IN ('priority_changed', 'replayed', 'flow_cancel_requested')),
+    details         jsonb,
+    occurred_at_ms  bigint    NOT NULL,
+    partition_key   integer   NOT NULL,
+    namespace       text,
+    instance_tag    text`,
+		indexes: []string{
+			`CREATE INDEX ff_operator_event_partition_key_idx ON ff_operator_event (partition_key, event_id)`,
+			`CREATE INDEX ff_operator_event_namespace_idx ON ff_operator_event (partition_key, namespace) WHERE namespace IS NOT NULL`,
+			`CREATE INDEX ff_operator_event_instance_tag_idx ON ff_operator_event (partition_key, instance_tag) WHERE instance_tag IS NOT NULL`,
+		},
+		post: []string{
+			`CREATE OR REPLACE FUNCTION ff_notify_operator_event() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ff_operator_event', NEW.event_id::text);
+    RETURN NEW;
+END
+$$`,
+			`CREATE TRIGGER ff_operator_event_notify_trg AFTER INSERT ON ff_operator_event
+    FOR EACH ROW EXECUTE FUNCTION ff_notify_operator_event()`,
+		},
+	},
 }
 
 // FFTableNames lists the FlowFabric tables this project creates and uses.
@@ -395,10 +570,14 @@ func firstLine(s string) string {
 	return s
 }
 
-// Fingerprint identifies all the DDL this package creates, the ff_* tables
-// and the worker heartbeat table; tests name their template database after
+// Fingerprint identifies all the DDL this package creates, the ff_* tables,
+// the worker heartbeat and outbox trim tables and the retention index; tests name their template database after
 // it, so that any change to the DDL rebuilds the template.
-func Fingerprint() string { return fingerprint(ffTables, workerTableDDL) }
+func Fingerprint() string { return fingerprint(ffTables, ourDDL) }
+
+// ourDDL is the DDL of what is ours: the heartbeat and outbox trim tables
+// and the retention index.
+const ourDDL = workerTableDDL + outboxTrimDDL + retentionIndexCols
 
 func fingerprint(tables []ffTable, workerDDL string) string {
 	h := sha256.New()

@@ -8,7 +8,8 @@ import (
 
 // TestFingerprintCoversAllTheDDL: the fingerprint tests name their template
 // database after changes with any part of the DDL: a column, an index, a
-// trigger of any table, or the worker heartbeat table. A fingerprint that
+// trigger of any table, the worker heartbeat or outbox trim table, or the
+// retention index. A fingerprint that
 // missed one would let tests run on a template built from older DDL.
 func TestFingerprintCoversAllTheDDL(t *testing.T) {
 	t.Parallel()
@@ -16,7 +17,7 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(base) {
 		t.Fatalf("Fingerprint = %q; want 12 hex digits", base)
 	}
-	if fingerprint(ffTables, workerTableDDL) != base {
+	if fingerprint(ffTables, ourDDL) != base {
 		t.Fatal("Fingerprint is not the fingerprint of this package's DDL")
 	}
 	changed := func(edit func(t *ffTable)) []ffTable {
@@ -34,14 +35,16 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 		tables []ffTable
 		worker string
 	}{
-		{"Column", changed(func(t *ffTable) { t.columns += ",\n    extra text" }), workerTableDDL},
-		{"Index", changed(func(t *ffTable) { t.indexes = append(t.indexes, "CREATE INDEX x ON y (z)") }), workerTableDDL},
-		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), workerTableDDL},
-		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), workerTableDDL},
-		{"WorkerTable", ffTables, strings.Replace(workerTableDDL, "version      text", "version      varchar", 1)},
+		{"Column", changed(func(t *ffTable) { t.columns += ",\n    extra text" }), ourDDL},
+		{"Index", changed(func(t *ffTable) { t.indexes = append(t.indexes, "CREATE INDEX x ON y (z)") }), ourDDL},
+		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), ourDDL},
+		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), ourDDL},
+		{"WorkerTable", ffTables, strings.Replace(ourDDL, "version      text", "version      varchar", 1)},
+		{"OutboxTrimTable", ffTables, strings.Replace(ourDDL, "trimmed_through bigint", "trimmed_through numeric", 1)},
+		{"RetentionIndex", ffTables, strings.Replace(ourDDL, "lifecycle_phase = 'terminal'", "lifecycle_phase = 'ended'", 1)},
 	}
 	for _, tt := range tests {
-		if tt.worker == workerTableDDL && tt.name == "WorkerTable" {
+		if tt.worker == ourDDL && (tt.name == "WorkerTable" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex") {
 			t.Fatal("the worker table edit changed nothing: fix the test")
 		}
 		if got := fingerprint(tt.tables, tt.worker); got == base {

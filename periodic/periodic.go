@@ -1,5 +1,5 @@
 // Package periodic defines the River periodic jobs of the fleet: one tick per
-// enabled reconciler. River runs periodic jobs on the elected leader only, so
+// enabled reconciler, and the outbox trim when it is on. River runs periodic jobs on the elected leader only, so
 // every process registers the same set and whichever leads ticks.
 package periodic
 
@@ -24,6 +24,8 @@ type Tick struct {
 	Args river.JobArgs
 	// Interval is how often it runs.
 	Interval time.Duration
+	// InsertOpts are its insert options. Defaults to jobs.TickInsertOpts().
+	InsertOpts *river.InsertOpts
 }
 
 // Jobs returns a periodic job for each tick, run every interval and once at
@@ -42,10 +44,13 @@ func Jobs(ticks []Tick) ([]*river.PeriodicJob, error) {
 		if t.Interval < MinInterval {
 			return nil, fmt.Errorf("%s interval %s is too short (minimum %s)", kind, t.Interval, MinInterval)
 		}
-		args, interval := t.Args, t.Interval
+		args, interval, opts := t.Args, t.Interval, t.InsertOpts
+		if opts == nil {
+			opts = jobs.TickInsertOpts()
+		}
 		out = append(out, river.NewPeriodicJob(
 			river.PeriodicInterval(interval),
-			func() (river.JobArgs, *river.InsertOpts) { return args, jobs.TickInsertOpts() },
+			func() (river.JobArgs, *river.InsertOpts) { o := *opts; return args, &o },
 			&river.PeriodicJobOpts{ID: kind, RunOnStart: true},
 		))
 	}

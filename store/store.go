@@ -77,6 +77,10 @@ func (f Filter) String() string {
 	return strings.Join(parts, ", ")
 }
 
+// InstanceTagKey is the tag FlowFabric copies into its outboxes' instance_tag
+// column (lease and completion events).
+const InstanceTagKey = "cairn.instance_id"
+
 // ParseInstanceTag parses KEY=VALUE into a filter's tag half.
 func ParseInstanceTag(s string) (key, value string, err error) {
 	key, value, ok := strings.Cut(s, "=")

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
 )
 
 // Hooks returns the hooks for river.Config.Hooks:
@@ -24,7 +28,58 @@ import (
 //   - row jobs scheduled within River's scheduler interval are inserted
 //     available instead of scheduled (see availableAhead).
 func (s *Set) Hooks() []rivertype.Hook {
-	return []rivertype.Hook{river.HookInsertBeginFunc(validateOnInsert), river.HookInsertBeginFunc(availableAhead)}
+	return []rivertype.Hook{river.HookInsertBeginFunc(validateOnInsert), river.HookInsertBeginFunc(availableAhead),
+		river.HookInsertBeginFunc(s.d.tagOnInsert)}
+}
+
+// tagOnInsert tags every job of this fleet's kinds it inserts with its
+// reconciler's name and, in a filtered fleet, its tenant (TenantTag), so
+// River UI's tag filter finds one reconciler's or one tenant's jobs.
+// River validates tags before its hooks run, so these are made valid here.
+func (d *deps) tagOnInsert(_ context.Context, params *rivertype.JobInsertParams) error {
+	name := ""
+	if r, _, ok := ByKind(params.Kind); ok {
+		name = r.Name
+	} else if params.Kind == jobs.KindOutboxTrim {
+		name = OutboxRetentionName
+	} else {
+		return nil
+	}
+	for _, tag := range []string{name, TenantTag(d.cfg.Filter)} {
+		if tag != "" && !slices.Contains(params.Tags, tag) {
+			params.Tags = append(params.Tags, tag)
+		}
+	}
+	return nil
+}
+
+// TenantTag is the River tag of a filtered fleet's jobs: "tenant-" and
+// the namespace and instance tag value, each character River refuses in a
+// tag (anything but letters, digits, '_' and '-') replaced by '_'; "" for
+// no filter.
+func TenantTag(f store.Filter) string {
+	if f.Empty() {
+		return ""
+	}
+	parts := []string{"tenant"}
+	for _, p := range []string{f.Namespace, f.TagValue} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	tag := []rune(strings.Join(parts, "-"))
+	for i, c := range tag {
+		if !(unicode.IsLetter(c) || unicode.IsDigit(c) || c == '_' || c == '-') {
+			tag[i] = '_'
+		}
+	}
+	if len(tag) > 255 {
+		tag = tag[:255]
+	}
+	if tag[len(tag)-1] == '-' { // River's tags end in a letter, digit or '_'
+		tag[len(tag)-1] = '_'
+	}
+	return string(tag)
 }
 
 // validateOnInsert validates the args of a job of one of the reconcilers'

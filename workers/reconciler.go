@@ -36,13 +36,19 @@ type Reconciler struct {
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int
+	// Retained: its rows are due Config.Retention after their Due.At, and
+	// it runs only when Config.Retention is set (retention). It has no row
+	// jobs: its partition job acts on the rows itself.
+	Retained bool
 
 	tickKind, scanKind, rowKind string
+	// scanQueue is the queue of its partition jobs.
+	scanQueue string
 	// tick is the periodic tick's args.
 	tick river.JobArgs
 	// newScan builds the args of a scan of this reconciler.
 	newScan func(jobs.ScanArgs) river.JobArgs
-	// rowJob builds the row job of a scanned row.
+	// rowJob builds the row job of a scanned row (nil without row jobs).
 	rowJob func(partition int16, row store.DueRow) river.JobArgs
 	// register adds the tick, scan and row workers to ws.
 	register func(ws *river.Workers, d *deps) error
@@ -58,7 +64,7 @@ func (r *Reconciler) TickKind() string { return r.tickKind }
 func (r *Reconciler) ScanKind() string { return r.scanKind }
 
 // RowKind is the kind of the reconciler's row jobs (for delayed promotion
-// also the ad-hoc promotion's).
+// also the ad-hoc promotion's); "" for retention, which has none.
 func (r *Reconciler) RowKind() string { return r.rowKind }
 
 // TickArgs returns the args of the reconciler's periodic tick.
@@ -92,6 +98,7 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 	}
 	r.tick = t
 	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()
+	r.scanQueue = jobs.QueueControl
 	prefix := "ff." + r.Name + "."
 	for _, k := range []string{r.tickKind, r.scanKind} {
 		if len(k) <= len(prefix) || k[:len(prefix)] != prefix {
@@ -125,3 +132,13 @@ func rowKey(x store.DueRow) string {
 // flowPartitions is the partition space of the execution-scoped
 // reconcilers: FlowFabric's flow partitions.
 func flowPartitions(c Config) int { return c.PartitionCount }
+
+// DueAt returns the time, in Unix ms, against which r's Due compares its
+// rows' deadlines at nowMs: nowMs itself, or for retention nowMs less the
+// retention (an execution is due once it has been terminal that long).
+func (r *Reconciler) DueAt(nowMs int64, retention time.Duration) int64 {
+	if r.Retained {
+		return nowMs - retention.Milliseconds()
+	}
+	return nowMs
+}

@@ -17,6 +17,7 @@ var registry = []*Reconciler{
 	WaitpointExpiry,
 	BudgetReset,
 	WorkerRegistryTTL,
+	Retention,
 }
 
 // All returns every reconciler, in the registry's order.
@@ -61,7 +62,9 @@ var byKind = func() map[string]kindOf {
 	for _, r := range registry {
 		m[r.tickKind] = kindOf{r, StepTick}
 		m[r.scanKind] = kindOf{r, StepScan}
-		m[r.rowKind] = kindOf{r, StepRow}
+		if r.rowKind != "" {
+			m[r.rowKind] = kindOf{r, StepRow}
+		}
 	}
 	return m
 }()

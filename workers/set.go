@@ -56,6 +56,7 @@ const (
 	DefaultRowBatch             = 64
 	DefaultRowStatements        = 2
 	DefaultBudgetPartitionCount = 32
+	DefaultOutboxBatchSize      = 10_000
 )
 
 // Config is what the workers share.
@@ -125,6 +126,17 @@ type Config struct {
 	// job at its next poll unless something wakes its producers;
 	// internal/fetchwake does. Defaults to none.
 	Wake func(time.Time)
+	// Retention: terminal executions older than this are deleted with
+	// their sibling rows (the retention reconciler). Defaults to none:
+	// retention does not run, whatever the enabled reconcilers.
+	Retention time.Duration
+	// OutboxRetention: lease events, and completion events already
+	// dispatched, older than this are deleted (the outbox trim). Defaults to
+	// none: outboxes are not trimmed.
+	OutboxRetention time.Duration
+	// OutboxBatchSize is the most events one outbox trim statement
+	// deletes. Defaults to DefaultOutboxBatchSize.
+	OutboxBatchSize int
 }
 
 // Observer receives measurements the counters cannot carry.
@@ -158,6 +170,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.RowBatch = cmp.Or(c.RowBatch, DefaultRowBatch)
 	c.RowStatements = cmp.Or(c.RowStatements, DefaultRowStatements)
+	c.OutboxBatchSize = cmp.Or(c.OutboxBatchSize, DefaultOutboxBatchSize)
 	return c
 }
 
@@ -176,6 +189,12 @@ func (c Config) validate() error {
 		return fmt.Errorf("workers: Config.RowBatch %d must be at least 1", c.RowBatch)
 	case c.RowStatements < 1:
 		return fmt.Errorf("workers: Config.RowStatements %d must be at least 1", c.RowStatements)
+	case c.Retention < 0:
+		return fmt.Errorf("workers: Config.Retention %s is negative", c.Retention)
+	case c.OutboxRetention < 0:
+		return fmt.Errorf("workers: Config.OutboxRetention %s is negative", c.OutboxRetention)
+	case c.OutboxBatchSize < 1:
+		return fmt.Errorf("workers: Config.OutboxBatchSize %d must be at least 1", c.OutboxBatchSize)
 	}
 	for name, d := range c.Lookahead {
 		if _, ok := ByName(name); !ok {
@@ -207,6 +226,9 @@ func New(cfg Config) (*Set, error) {
 		if err := r.register(s.workers, s.d); err != nil {
 			return nil, fmt.Errorf("workers of %s: %w", r.Name, err)
 		}
+	}
+	if err := addWorker(s.workers, s.d, river.Worker[jobs.OutboxTrimArgs](&outboxTrimWorker{d: s.d})); err != nil {
+		return nil, fmt.Errorf("workers of %s: %w", OutboxRetentionName, err)
 	}
 	return s, nil
 }

@@ -66,7 +66,7 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconc
 // (dueCounts), only when fanOut finds a due partition busy.
 func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
 	db, f, n := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg)
-	w := tickWindow{nowMs: store.NowMs()}
+	w := tickWindow{nowMs: r.DueAt(store.NowMs(), d.cfg.Retention)}
 	if !r.Due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
 			return r.Due.Counts(ctx, db, w.nowMs, parts, f)
@@ -134,11 +134,16 @@ func (d *deps) fanOut(ctx context.Context, client *river.Client[pgx.Tx], r *Reco
 	// On the work pool (custom plans): the best index for these queries
 	// depends on how many jobs of each state and kind the queue holds, which
 	// a cached generic plan cannot see.
-	queued, err := store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, r.rowKind, time.UnixMilli(w.nowMs))
-	if err != nil {
-		return fail(err)
+	var (
+		queued map[int16]store.QueuedRows
+		err    error
+	)
+	if r.rowKind != "" {
+		if queued, err = store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, r.rowKind, time.UnixMilli(w.nowMs)); err != nil {
+			return fail(err)
+		}
 	}
-	scans, err := store.UnfinishedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueControl, r.scanKind)
+	scans, err := store.UnfinishedScans(ctx, d.cfg.Pool, d.cfg.RiverSchema, r.scanQueue, r.scanKind)
 	if err != nil {
 		return fail(err)
 	}

@@ -28,12 +28,14 @@ func demoCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger
 		rate     int
 		duration time.Duration
 		once     bool
+		bad      bool
 	)
 	f := newFlagSet("demo", demoSummary)
 	databaseURLFlag(f, &dsn)
 	f.Int(&rate, "rate", "FF_DEMO_RATE", demo.DefaultRate, "items per second (each is one row a reconciler acts on)")
 	f.Duration(&duration, "duration", "FF_DEMO_DURATION", 0, "stop after this long (0: until interrupted)")
 	f.Bool(&once, "once", "FF_DEMO_ONCE", false, "insert one batch and exit")
+	f.Bool(&bad, "malformed", "FF_DEMO_MALFORMED", false, "also write deliberately malformed rows (a suspension timeout behaviour FlowFabric does not define), each of which the worker logs as a warning")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
@@ -59,6 +61,7 @@ func demoCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger
 	}
 
 	feeder := demo.NewFeeder(pool, 0)
+	feeder.Malformed = bad
 	if once {
 		c, err := feeder.Insert(ctx, max(rate, demo.DeckSize), time.Now())
 		if err != nil {

@@ -18,7 +18,7 @@ import (
 func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--database-url", db.URL)
+	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--malformed", "--database-url", db.URL)
 	if code != 0 || !strings.HasPrefix(out, "demo: inserted 24 items") {
 		t.Fatalf("worker demo --once: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
@@ -103,18 +103,10 @@ func TestDemoFeedsUntilDuration(t *testing.T) {
 // migrations built.
 func TestDemoRowsGetReconciled(t *testing.T) {
 	t.Parallel()
-	for _, schema := range []struct {
-		name string
-		db   func(testing.TB) *testdb.DB
-	}{
-		{"FFSchema", testdb.New},
-		// A database FlowFabric's own migrations built: every reconciler
-		// runs on it unchanged (skipped when they are not beside the clone).
-		{"FlowFabricMigrations", testdb.NewFlowFabric},
-	} {
-		t.Run(schema.name, func(t *testing.T) {
+	for _, schema := range testdb.Schemas {
+		t.Run(schema.Name, func(t *testing.T) {
 			t.Parallel()
-			demoRowsGetReconciled(t, schema.db(t))
+			demoRowsGetReconciled(t, schema.New(t))
 		})
 	}
 }
@@ -128,7 +120,7 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		t.Fatal(err)
 	}
 	fleettest.Start(t, db, fleet.Config{
-		Reconcilers: fleettest.Fast(workers.All()...),
+		Reconcilers: fleettest.Fast(fleettest.DefaultOn()...),
 		Filter:      store.Filter{Namespace: demo.Namespace, TagKey: demo.InstanceTagKey, TagValue: demo.InstanceTag},
 	})
 
@@ -226,7 +218,7 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			return stale == 0, fleettest.Statusf("%d orphan or flag-less pending rows", stale)
 		},
 	}
-	for _, r := range workers.All() {
+	for _, r := range fleettest.DefaultOn() {
 		check, ok := checks[r]
 		if !ok {
 			t.Fatalf("no check of %s's demo rows", r.Name)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/leasehistory"
+	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/store"
 )
 
 const leaseHistorySummary = `Print FlowFabric lease events (acquired, renewed, expired, reclaimed, revoked) from ff_lease_event,
@@ -31,7 +33,7 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 	var (
 		dsn, cursorText, namespace, instanceTag, format string
 		partitionArgs                                   []string
-		allPartitions, follow, poll                     bool
+		allPartitions, follow, poll, acceptTrimmed      bool
 		pollInterval, gapWait                           time.Duration
 	)
 	f := newFlagSet("lease-history", leaseHistorySummary)
@@ -44,7 +46,9 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 	f.Bool(&follow, "follow", "FF_LEASE_HISTORY_FOLLOW", false, "keep streaming new events until interrupted")
 	f.String(&namespace, "namespace", "FF_LEASE_HISTORY_NAMESPACE", "", "only events of this namespace")
 	f.String(&instanceTag, "instance-tag", "FF_LEASE_HISTORY_INSTANCE_TAG", "",
-		"only events whose instance tag (the cairn.instance_id tag) has this VALUE")
+		"only events of executions whose tag KEY equals VALUE, given as KEY=VALUE as for `worker run`; lease events record the cairn.instance_id tag only")
+	f.Bool(&acceptTrimmed, "accept-trimmed", "FF_LEASE_HISTORY_ACCEPT_TRIMMED", false,
+		"go on when events after --cursor were deleted by outbox retention, saying so on stderr (default: fail naming the gap)")
 	f.String(&format, "format", "FF_LEASE_HISTORY_FORMAT", "text", "output format: text or json (one object per line)")
 	f.Bool(&poll, "poll", "FF_LEASE_HISTORY_POLL", false, "poll instead of LISTEN/NOTIFY (behind a transaction-mode pooler)")
 	f.Duration(&pollInterval, "poll-interval", "FF_LEASE_HISTORY_POLL_INTERVAL", leasehistory.DefaultPollInterval, "how often --poll reads")
@@ -54,9 +58,20 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 		return err
 	}
 
+	tagValue := ""
+	if instanceTag != "" {
+		k, v, err := store.ParseInstanceTag(instanceTag)
+		if err != nil {
+			return usageError{err}
+		}
+		if k != store.InstanceTagKey {
+			return badUsage("--instance-tag %s: lease events record only the %s tag (--instance-tag %s=VALUE)", instanceTag, store.InstanceTagKey, store.InstanceTagKey)
+		}
+		tagValue = v
+	}
 	opts := leasehistory.Options{
 		Namespace:        namespace,
-		InstanceTag:      instanceTag,
+		InstanceTag:      tagValue,
 		Logger:           logger,
 		Poll:             poll,
 		PollInterval:     pollInterval,
@@ -84,8 +99,12 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return badUsage("--cursor: %w", err)
 	}
+	opts.AcceptTrimmed = acceptTrimmed
 	if opts.Cursor.IsZero() && !follow {
-		opts.Cursor = leasehistory.EncodeCursor(0) // a one-shot read prints the whole history
+		// A one-shot read prints the whole history: what outbox retention
+		// left of it, said on stderr.
+		opts.Cursor = leasehistory.EncodeCursor(0)
+		opts.AcceptTrimmed = true
 	}
 	if dsn == "" {
 		dsn = dbconn.DefaultURL
@@ -100,6 +119,11 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	defer pool.Close()
 
+	// An unmigrated database fails with what to run, as the other
+	// commands do, not with the first query's "relation does not exist".
+	if err := migrations.Check(ctx, pool, "ff_lease_event"); err != nil {
+		return dbconn.Scrub(err, dsn)
+	}
 	sub, err := leasehistory.Subscribe(ctx, pool, opts)
 	if err != nil {
 		return dbconn.Scrub(err, dsn)
@@ -110,6 +134,13 @@ func leaseHistoryCommand(ctx context.Context, args []string, stdout, stderr io.W
 	for ev := range sub.Events() {
 		if ev.Type == leasehistory.EventDisconnected {
 			continue // logged by the subscription, which reconnects by itself
+		}
+		if ev.Type == leasehistory.EventTrimmed {
+			if err := out.Flush(); err != nil {
+				return fmt.Errorf("write output: %w", err)
+			}
+			fmt.Fprintf(stderr, "lease-history: events after cursor %s through event id %d may have been deleted by outbox retention\n", ev.Cursor, ev.EventID)
+			continue
 		}
 		if err := writeLeaseEvent(out, format, &ev); err != nil {
 			return fmt.Errorf("write output: %w", err)

@@ -93,7 +93,7 @@ VALUES ('0b8e5a8e-7c1d-4d2a-9a54-7d1c7e0e0001', NULL, 'acquired', 1700000000123,
 	if !strings.Contains(stderr, "--cursor 020000000000000004") {
 		t.Errorf("stderr %q lacks the resume cursor past filtered events", stderr)
 	}
-	lines, _ = run("--instance-tag", "i-1", "--partition", "9,200")
+	lines, _ = run("--instance-tag", "cairn.instance_id=i-1", "--partition", "9,200")
 	if len(lines) != 1 || lines[0]["event_id"] != 4.0 {
 		t.Fatalf("instance tag i-1 on partitions 9, 200: got %v", lines)
 	}
@@ -162,6 +162,8 @@ func TestLeaseHistoryBadFlags(t *testing.T) {
 		{"cursor wrong prefix", []string{"--cursor", "01000000000000002a"}, "prefix byte 0x01, want 0x02"},
 		{"cursor wrong length", []string{"--cursor", "0200"}, "2 bytes, want 9"},
 		{"cursor negative", []string{"--cursor", "02ffffffffffffffff"}, "negative event id"},
+		{"instance tag bare value", []string{"--instance-tag", "i-1"}, `instance tag "i-1": want KEY=VALUE`},
+		{"instance tag other key", []string{"--instance-tag", "region=eu"}, "lease events record only the cairn.instance_id tag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

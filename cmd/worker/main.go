@@ -52,7 +52,12 @@ func main() {
 // mainWithExit runs one command and returns the process exit code: 0 on
 // success, 1 on failure (reported as one line on stderr), 2 on bad usage.
 func mainWithExit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
+		// No command is a usage error, as an unknown one is.
+		usage(stderr)
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		return 0
 	}

@@ -51,6 +51,12 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"BadLogLevel", []string{"run", "--log-level", "loud"}, 2, `log level "loud"`},
 		{"UnreachableDatabase", []string{"migrate", "--database-url", "postgres://u:sekret@127.0.0.1:1/x?connect_timeout=2"}, 1, "cannot reach database postgres://u:xxxxx@127.0.0.1:1/x"},
 		{"MalformedURL", []string{"run", "--database-url", "postgres://u:sekret@[::1"}, 2, "invalid database URL postgres://u:xxxxx@"},
+		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "reconciler retention needs a retention (--retention, e.g. 24h)"},
+		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention must not be negative"},
+		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "retention 500ms is too short (minimum 1s; 0 turns it off)"},
+		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "outbox retention 10ms is too short"},
+		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval must be positive"},
+		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention must not be negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,5 +179,31 @@ func TestMigrateTwiceThenRunServesHealthAndUI(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("run did not stop")
+	}
+}
+
+// TestBareCommandIsAUsageError: `worker` alone prints the usage on stderr
+// and exits 2, as the README promises for usage errors; `worker help`
+// prints it on stdout and exits 0. A regression exits 0 on a bare command,
+// so a script calling it by mistake goes on as if it had worked.
+func TestBareCommandIsAUsageError(t *testing.T) {
+	code, stdout, stderr := runMain(t, context.Background())
+	if code != 2 || stdout != "" || !strings.Contains(stderr, "Commands:") {
+		t.Errorf("worker: exit %d, stdout %q, stderr %q; want 2 and the usage on stderr", code, stdout, stderr)
+	}
+	code, stdout, _ = runMain(t, context.Background(), "help")
+	if code != 0 || !strings.Contains(stdout, "Commands:") {
+		t.Errorf("worker help: exit %d, stdout %q; want 0 and the usage", code, stdout)
+	}
+}
+
+// TestUnreachableDatabaseCauseOnce: pgx reports one line per connection
+// attempt, and with sslmode=prefer an address is tried twice, failing
+// alike; the message names the cause once. A regression prints the same
+// "connection refused" twice on one line.
+func TestUnreachableDatabaseCauseOnce(t *testing.T) {
+	code, _, stderr := runMain(t, context.Background(), "status", "--database-url", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2")
+	if code != 1 || strings.Count(stderr, "connection refused") != 1 {
+		t.Errorf("exit %d, stderr %q; want 1 and the cause once", code, stderr)
 	}
 }

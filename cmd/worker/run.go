@@ -48,13 +48,16 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Secret(&uiAuth, "ui-auth", "FF_UI_AUTH", "protect River UI and its API with HTTP basic auth, given as USER:PASSWORD (never logged)")
 	f.Bool(&rc.uiReadOnly, "ui-read-only", "FF_UI_READ_ONLY", false, "refuse every River UI API call that changes jobs or queues")
 	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
-		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(workers.Names(), ", ")+" (default all)")
+		"reconcilers to tick, repeatable or comma-separated: "+strings.Join(workers.Names(), ", ")+" (default all; retention only with --retention)")
 	for _, r := range workers.All() {
 		d := new(time.Duration)
 		intervals[r.Name] = d
 		f.Duration(d, intervalFlag(r), "FF_"+strings.ToUpper(r.Name)+"_INTERVAL", r.Interval,
 			strings.ReplaceAll(r.Name, "_", " ")+" tick interval")
 	}
+	f.Duration(&fc.Retention, "retention", "FF_RETENTION", 0, "delete terminal executions with all their rows once they ended this long ago, e.g. 24h (default 0: off)")
+	f.Duration(&fc.OutboxRetention, "outbox-retention", "FF_OUTBOX_RETENTION", 0, "delete lease events, and dispatched completion events, older than this, e.g. 168h (default 0: off)")
+	f.Duration(&fc.OutboxRetentionInterval, "outbox-retention-interval", "FF_OUTBOX_RETENTION_INTERVAL", workers.OutboxRetentionInterval, "outbox trim interval")
 	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", workers.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
 	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
 	f.Int(&fc.BudgetPartitionCount, "budget-partition-count", "FF_BUDGET_PARTITION_COUNT", workers.DefaultBudgetPartitionCount, "budget partitions budget_reset walks, 0..N-1 (FlowFabric's num_budget_partitions)")
@@ -95,7 +98,22 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		rc.uiUser, rc.uiPassword = u, p
 	}
 	if len(reconcilers) == 0 {
-		reconcilers = workers.Names()
+		for _, r := range workers.All() {
+			if !r.Retained || fc.Retention > 0 {
+				reconcilers = append(reconcilers, r.Name)
+			}
+		}
+	}
+	for _, c := range []struct {
+		flag string
+		d    time.Duration
+	}{{"retention", fc.Retention}, {"outbox-retention", fc.OutboxRetention}} {
+		if c.d < 0 {
+			return nil, badUsage("--%s must not be negative, got %s (0 turns it off)", c.flag, c.d)
+		}
+	}
+	if fc.OutboxRetentionInterval <= 0 {
+		return nil, badUsage("--outbox-retention-interval must be positive, got %s", fc.OutboxRetentionInterval)
 	}
 	fc.Reconcilers = map[string]time.Duration{}
 	for _, name := range reconcilers {
@@ -149,7 +167,7 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	fc := rc.fleet
 	fc.Logger = logger
 	logger.Info("starting worker", "database", dbconn.Redact(fc.DatabaseURL), "river_schema", fc.RiverSchema,
-		"reconcilers", enabledList(fc.Reconcilers), "namespace", fc.Filter.Namespace,
+		"reconcilers", enabledList(fc.Reconcilers), "retention", fc.Retention, "outbox_retention", fc.OutboxRetention, "namespace", fc.Filter.Namespace,
 		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr,
 		"ui", rc.ui, "ui_auth", rc.uiUser != "", "ui_read_only", rc.uiReadOnly)
 	if rc.httpAddr != "" && rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {

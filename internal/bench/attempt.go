@@ -22,13 +22,13 @@ var (
 	withoutLeaseExpiry    = without(workers.LeaseExpiry)
 )
 
-// without enables every reconciler but the given ones, at its default
-// interval.
+// without enables every reconciler but the given ones (and retention, off
+// by default), at its default interval.
 func without(off ...*workers.Reconciler) func(*fleet.Config) {
 	return func(c *fleet.Config) {
 		c.Reconcilers = map[string]time.Duration{}
 		for _, r := range workers.All() {
-			if !slices.Contains(off, r) {
+			if !slices.Contains(off, r) && !r.Retained {
 				c.Reconcilers[r.Name] = r.Interval
 			}
 		}
@@ -168,7 +168,7 @@ var attemptScenario = scenario{
 			      FROM ff_exec_core e
 			     WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $2
 			       AND e.partition_key = $1 AND e.execution_id = a.execution_id AND e.lifecycle_phase = 'active'
-			    RETURNING a.execution_id
+			    RETURNING a.execution_id, e.attempt_index < COALESCE((e.policy->'retry_policy'->>'max_retries')::bigint, 0) AS retry
 			), ec AS (
 			    UPDATE ff_exec_core e
 			       SET lifecycle_phase = CASE WHEN r.retry THEN 'runnable' ELSE 'terminal' END,
@@ -178,8 +178,8 @@ var attemptScenario = scenario{
 			           attempt_index = e.attempt_index + CASE WHEN r.retry THEN 1 ELSE 0 END,
 			           terminal_at_ms = CASE WHEN r.retry THEN e.terminal_at_ms ELSE $2 END,
 			           raw_fields = e.raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout')
-			      FROM att, LATERAL (SELECT e.attempt_index < COALESCE((e.policy->'retry_policy'->>'max_retries')::bigint, 0) AS retry) r
-			     WHERE e.partition_key = $1 AND e.execution_id = att.execution_id
+			      FROM att r
+			     WHERE e.partition_key = $1 AND e.execution_id = r.execution_id
 			    RETURNING e.execution_id, e.flow_id, e.raw_fields, r.retry
 			), ce AS (
 			    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)

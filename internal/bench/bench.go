@@ -53,6 +53,9 @@ type Config struct {
 
 	ScaleSmall, ScaleLarge int // not-due rows in the scale runs
 	Backlog                int // rows in the backlog drain run
+	// RetentionBacklog is the number of expired terminal executions the
+	// retention section trims (default 1,000,000).
+	RetentionBacklog int
 
 	// CommitModes are the synchronous_commit settings the throughput runs
 	// compare (every design runs under each; default on and off).
@@ -68,7 +71,8 @@ type Config struct {
 	// lateness run to <prefix>-lateness-<reconciler>.pprof.
 	CPUProfile string
 
-	// Sections limits the run to some of: throughput, lateness, idle, scale.
+	// Sections limits the run to some of: throughput, lateness, idle,
+	// scale, retention.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -88,6 +92,7 @@ func Defaults() Config {
 		LatenessRate: 500, LatenessFor: 30 * time.Second, IdleFor: 20 * time.Second,
 		LatenessLeads: []time.Duration{time.Second, 10 * time.Second},
 		ScaleSmall:    10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
+		RetentionBacklog: 1_000_000,
 	}
 }
 
@@ -98,6 +103,7 @@ func Quick() Config {
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
+	c.RetentionBacklog = 20_000
 	return c
 }
 
@@ -178,6 +184,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.wants("throughput") {
 		for _, mode := range cfg.CommitModes {
 			e.commit = mode
+			e.progress("throughput: River's ceiling, %d no-op row jobs (synchronous_commit %s)", cfg.Due, mode)
+			ceiling, err := e.riverCeiling(ctx, cfg.Due)
+			if err != nil {
+				return rep, fmt.Errorf("River's ceiling (synchronous_commit %s): %w", mode, err)
+			}
+			e.progress("throughput: River's ceiling %.0f/s", ceiling)
+			if rep.RiverCeiling == nil {
+				rep.RiverCeiling = map[string]float64{}
+			}
+			rep.RiverCeiling[mode] = ceiling
 			for _, sc := range scenarios() {
 				if !cfg.wantsReconciler(sc.name) {
 					continue
@@ -227,6 +243,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Scale = res
 	}
+	if cfg.wants("retention") {
+		res, err := e.retention(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("retention: %w", err)
+		}
+		rep.Retention = res
+	}
 	rep.Finished = time.Now()
 	return rep, nil
 }
@@ -240,6 +263,7 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	if err := adminExec(ctx, cfg.AdminURL,
 		dropDatabase(cfg.DBName),
 		dropDatabase(e.smallDBName()),
+		dropDatabase(e.retentionTemplate()),
 		dropDatabase(tmpl),
 		"CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize()); err != nil {
 		return nil, nil, err
@@ -258,6 +282,12 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	}
 	if err == nil {
 		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
+	}
+	if err == nil {
+		err = migrations.ApplyOutboxTrimTable(ctx, tpool)
+	}
+	if err == nil {
+		err = migrations.ApplyRetentionIndex(ctx, tpool)
 	}
 	tpool.Close()
 	if err != nil {
@@ -355,6 +385,11 @@ func (e *env) reset(ctx context.Context) error {
 		"CREATE DATABASE "+pgx.Identifier{e.cfg.DBName}.Sanitize()+" TEMPLATE "+pgx.Identifier{e.cfg.DBName + "_tmpl"}.Sanitize()); err != nil {
 		return err
 	}
+	return e.open(ctx)
+}
+
+// open connects the bench's pool and insert-only client to its database.
+func (e *env) open(ctx context.Context) error {
 	params := map[string]string{"plan_cache_mode": "force_custom_plan"}
 	if e.commit != "" {
 		params["synchronous_commit"] = e.commit

@@ -29,6 +29,12 @@ type latenessRun struct {
 	// oneLead: run with the first of Config.LatenessLeads only (an ad-hoc
 	// promotion is scheduled for its at, whenever it was inserted).
 	oneLead bool
+	// prepare, when set, replaces the fresh database every run starts
+	// from (e.g. with a copy holding a backlog).
+	prepare func(ctx context.Context, e *env) error
+	// afterStream, when set, runs once the stream has ended, before the
+	// rows are drained.
+	afterStream func(ctx context.Context, e *env) error
 }
 
 // LatenessResult is the distribution of action − deadline.
@@ -105,7 +111,11 @@ const feedEvery = 100 * time.Millisecond
 // lateness runs one stream, each row inserted lead before its deadline.
 func (e *env) lateness(ctx context.Context, lr latenessRun, lead time.Duration) (LatenessResult, error) {
 	res := LatenessResult{Name: lr.name, Interval: intervalOf(lr.reconciler), Lead: lead, Rate: e.cfg.LatenessRate}
-	if err := e.reset(ctx); err != nil {
+	prepare := func(ctx context.Context, e *env) error { return e.reset(ctx) }
+	if lr.prepare != nil {
+		prepare = lr.prepare
+	}
+	if err := prepare(ctx, e); err != nil {
 		return res, err
 	}
 	cfg := e.fleetConfig()
@@ -169,6 +179,11 @@ func (e *env) lateness(ctx context.Context, lr latenessRun, lead time.Duration) 
 			return res, fmt.Errorf("feed: %w", err)
 		}
 		res.Rows += perFeed
+	}
+	if lr.afterStream != nil {
+		if err := lr.afterStream(ctx, e); err != nil {
+			return res, err
+		}
 	}
 	if _, err := waitDrained(ctx, 2*time.Minute, func(ctx context.Context) (int, error) { return lr.remaining(ctx, e.pool) }); err != nil {
 		return res, err

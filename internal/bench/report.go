@@ -14,9 +14,13 @@ type Report struct {
 	Started    time.Time
 	Finished   time.Time
 	Throughput []ThroughputResult
-	Lateness   []LatenessResult
-	Idle       IdleResult
-	Scale      ScaleResult
+	// RiverCeiling is the rate of no-op River jobs enqueued and worked as
+	// ours are, by synchronous_commit (riverCeiling).
+	RiverCeiling map[string]float64
+	Lateness     []LatenessResult
+	Idle         IdleResult
+	Scale        ScaleResult
+	Retention    RetentionResult
 }
 
 func verdict(ok bool) string {
@@ -76,6 +80,21 @@ func (r *Report) Markdown() string {
 			p("|---|---|---|---|---|---|")
 			for _, t := range r.Throughput {
 				p("| %s | %s | %s | %s | %s | %s |", t.Reconciler, t.Commit, t.OursCPU, t.SeedCPU, t.PoolCPU, t.SetCPU)
+			}
+		}
+		if len(r.RiverCeiling) > 0 {
+			p("")
+			p("River's own ceiling: the same number of row jobs that do nothing, enqueued as ours are (a scan job per")
+			p("partition on `ff_control` inserting its rows in one transaction, unique among unfinished jobs) and worked by the")
+			p("fleet's own River client (its queues, row workers, fetch cooldown, pools and wake-ups), from the scans' insert to")
+			p("the last row job run. What ours loses against it is our own work: the tick, the scans' reads and the row")
+			p("statements (`docs/performance.md`). Aim: ours at least 0.7 of it.")
+			p("")
+			p("| reconciler | synchronous_commit | ours | River no-op | ours / no-op | ≥ 0.7 |")
+			p("|---|---|---|---|---|---|")
+			for _, t := range r.Throughput {
+				c := r.RiverCeiling[t.Commit]
+				p("| %s | %s | %.0f | %.0f | %.2f | %s |", t.Reconciler, t.Commit, t.Ours, c, t.Ours/c, verdict(t.Ours >= 0.7*c))
 			}
 		}
 		p("")
@@ -170,6 +189,40 @@ func (r *Report) Markdown() string {
 		p("```\n%s\n```", s.ScanPlan)
 		p("")
 		p("Backlog: %d expired leases drained in %s (%.0f rows/s). %s", s.Backlog, s.BacklogDrain.Round(time.Millisecond), s.BacklogRate, s.BacklogStats)
+	}
+	if t := r.Retention; t.Backlog > 0 {
+		p("")
+		p("## Retention")
+		p("")
+		p("%d terminal executions that ended two hours ago, each with an attempt, a dispatched completion event and two lease", t.Backlog)
+		p("events (%d sibling rows), beside %d that must stay (ended a minute ago, or running), retention one hour. (a)", t.SiblingRows, t.Kept)
+		p("FlowFabric's `trim_retention_impl` as written (one transaction per batch of %d: select, a DELETE per sibling table,", 1000)
+		p("then the executions), partitions one after another on one connection, as its scanner loops. (b) ours: a fleet running")
+		p("retention alone, from its start to the last execution deleted (one trim job per partition on its own queue, one")
+		p("statement per batch). Both are checked to leave the %d executions that must stay and no sibling row of a trimmed one.", t.Kept)
+		p("")
+		p("| | time | executions/s | rows/s (with siblings) |")
+		p("|---|---|---|---|")
+		rate := func(d time.Duration) (float64, float64) {
+			return float64(t.Backlog) / d.Seconds(), float64(t.Backlog+t.SiblingRows) / d.Seconds()
+		}
+		se, sr := rate(t.SeedTime)
+		oe, or := rate(t.OursTime)
+		p("| FlowFabric's trim | %s | %.0f | %.0f |", t.SeedTime.Round(time.Millisecond), se, sr)
+		p("| ours | %s | %.0f | %.0f |", t.OursTime.Round(time.Millisecond), oe, or)
+		p("| ours / FlowFabric | | %.2f | |", oe/se)
+		p("")
+		p("Ours: CPU per execution %s; %s.", t.OursCPU, t.OursStats)
+		p("")
+		d := t.During
+		p("While the same backlog is trimmed, every reconciler running (retention included), lease expiry's lateness under")
+		p("a stream of %d rows/s for %s (each inserted %s before its deadline): p50 %s, p99 %s, max %s over %d rows;",
+			d.Rate, r.Config.LatenessFor, d.Lead, d.P50.Round(time.Millisecond), d.P99.Round(time.Millisecond), d.Max.Round(time.Millisecond), d.Rows)
+		p("%d of the backlog's executions were left when the stream ended. Target: lease expiry's lateness targets (p99 ≤", t.LeftAfterStream)
+		p("interval + 0.5 s, max ≤ 2 × interval, interval %s): %s, %s.", d.Interval,
+			verdict(d.P99 <= d.Interval+500*time.Millisecond), verdict(d.Max <= 2*d.Interval))
+		p("")
+		p("- %s: CPU per row %s (feeder included); %s", d.Name, d.CPU, d.Stats)
 	}
 	return b.String()
 }

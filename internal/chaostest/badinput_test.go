@@ -331,7 +331,7 @@ func TestBadInput(t *testing.T) {
 
 	warnings := &warnLog{}
 	logger := slog.New(&warnHandler{log: warnings, next: fleettest.Logger(t).Handler()})
-	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.All()...), Logger: logger})
+	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(fleettest.DefaultOn()...), Logger: logger})
 
 	// Wait for every row, good and bad, then judge each case.
 	deadline := time.Now().Add(45 * time.Second)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -126,7 +127,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach database %s: %w", Redact(dsn), Scrub(err, dsn))
+		return nil, fmt.Errorf("cannot reach database %s: %w", Redact(dsn), Scrub(fold(err), dsn))
 	}
 	return pool, nil
 }
@@ -138,4 +139,78 @@ func unwrapParse(err error) error {
 		return u
 	}
 	return err
+}
+
+// folded is an error whose message was rewritten; it still unwraps to the
+// original.
+type folded struct {
+	msg string
+	err error
+}
+
+func (f *folded) Error() string { return f.msg }
+func (f *folded) Unwrap() error { return f.err }
+
+// fold puts pgx's connect error on one line with each distinct attempt
+// once: pgx lists one line per attempt, and with sslmode=prefer (libpq's
+// default) an address is tried with TLS and then without, which fail alike
+// when nothing listens, so the cause was printed twice.
+func fold(err error) error {
+	var ce *pgconn.ConnectError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	prefix, details, ok := strings.Cut(ce.Error(), ":")
+	if !ok {
+		return err
+	}
+	// The details are one attempt per line, or several joined by spaces
+	// when they were already folded; split on the line breaks only.
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(details, "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !seen[l] {
+			seen[l] = true
+			out = append(out, l)
+		}
+	}
+	return &folded{msg: prefix + ": " + strings.Join(out, "; "), err: err}
+}
+
+// CreateIfMissing creates the database dsn names when the server says it
+// does not exist, connecting to the server's postgres database to do so,
+// and reports whether it did. Any other connection failure is returned as
+// Open would report it.
+func CreateIfMissing(ctx context.Context, dsn string) (bool, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return false, fmt.Errorf("invalid database URL %s: %w", Redact(dsn), Scrub(unwrapParse(err), dsn))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err == nil {
+		return false, conn.Close(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "3D000" { // invalid_catalog_name
+		return false, fmt.Errorf("cannot reach database %s: %w", Redact(dsn), Scrub(fold(err), dsn))
+	}
+	name := cfg.Database
+	admin := cfg.Copy()
+	admin.Database = "postgres"
+	conn, err = pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return false, fmt.Errorf("create database %s: connect to the server's postgres database: %w", name, Scrub(fold(err), dsn))
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: created meanwhile
+			return false, nil
+		}
+		return false, fmt.Errorf("create database %s: %w", name, Scrub(err, dsn))
+	}
+	return true, nil
 }

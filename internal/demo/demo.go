@@ -45,7 +45,8 @@ const DemoBudgetPartitions = 32
 const DefaultRate = 24
 
 // UnknownBehavior is a timeout_behavior FlowFabric does not define; the
-// suspension-timeout reconciler applies it as fail.
+// suspension-timeout reconciler applies it as fail, with a warning. The
+// demo writes it only when asked (Feeder.Malformed).
 const UnknownBehavior = "hibernate"
 
 // Behaviors lists the timeout behaviours the demo writes; "" stands for
@@ -177,6 +178,12 @@ type Beginner interface {
 // Feeder deals items from the deck, keeping its place between batches so
 // that successive small batches still cycle through every kind.
 type Feeder struct {
+	// Malformed: suspensions that would get UnknownBehavior get it (the
+	// worker applies it as fail and logs a warning naming the row);
+	// otherwise they get "fail". Off by default, so the worker's log holds
+	// only what a person should read.
+	Malformed bool
+
 	db       Beginner
 	rng      *rand.Rand
 	next     int // position in deck
@@ -258,6 +265,9 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 	case Suspension:
 		behavior := Behaviors[f.behavior]
 		f.behavior = (f.behavior + 1) % len(Behaviors)
+		if behavior == UnknownBehavior && !f.Malformed {
+			behavior = "fail"
+		}
 		c.Behaviors[behavior]++
 		var bh any
 		if behavior != "" {

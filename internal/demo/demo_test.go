@@ -42,8 +42,22 @@ type failingDB struct{}
 
 func (failingDB) Begin(context.Context) (pgx.Tx, error) { return nil, context.Canceled }
 
+// TestFeederCountsAndDeadlines: two decks hold every kind twice and every
+// timeout behaviour twice; without Malformed the behaviour FlowFabric does
+// not define is written as fail instead (so the worker's log has no
+// warnings a newcomer should not read). A regression deals a kind or a
+// behaviour too few times, or writes malformed rows unasked.
 func TestFeederCountsAndDeadlines(t *testing.T) {
+	for _, malformed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Malformed", false: "WellFormed"}[malformed], func(t *testing.T) {
+			feederCountsAndDeadlines(t, malformed)
+		})
+	}
+}
+
+func feederCountsAndDeadlines(t *testing.T, malformed bool) {
 	f := NewFeeder(failingDB{}, 1)
+	f.Malformed = malformed
 	now := time.UnixMilli(1_000_000_000)
 	var c Counts
 	c.Behaviors = map[string]int{}
@@ -58,8 +72,16 @@ func TestFeederCountsAndDeadlines(t *testing.T) {
 		t.Fatalf("total %d; want %d", c.Total(), 2*DeckSize)
 	}
 	for _, bh := range Behaviors {
-		if c.Behaviors[bh] != 2 {
-			t.Errorf("behaviour %q: %d suspensions; want 2", bh, c.Behaviors[bh])
+		want := 2
+		switch {
+		case malformed:
+		case bh == UnknownBehavior:
+			want = 0
+		case bh == "fail":
+			want = 4
+		}
+		if c.Behaviors[bh] != want {
+			t.Errorf("behaviour %q: %d suspensions; want %d", bh, c.Behaviors[bh], want)
 		}
 	}
 	// Deadlines fall within a few seconds of now, so a fleet acts soon.

@@ -37,6 +37,7 @@ type Exec struct {
 	AttemptState     string
 	AttemptIndex     int32
 	DeadlineAtMs     *int64
+	TerminalAtMs     *int64
 	// Policy is stored as JSON; nil stores NULL.
 	Policy any
 	// RawFields is stored as JSON; nil builds {"namespace": Namespace,
@@ -90,10 +91,11 @@ func InsertExec(t testing.TB, db store.DB, e Exec) string {
 	}
 	_, err = db.Exec(context.Background(), `
 		INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		       eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, deadline_at_ms, policy, raw_fields)
-		VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, $9, 1, $10, $11::jsonb, $12::jsonb)`,
+		       eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, deadline_at_ms, policy, raw_fields,
+		       terminal_at_ms)
+		VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, $9, 1, $10, $11::jsonb, $12::jsonb, $13)`,
 		e.Partition, e.ID, flow, e.LifecyclePhase, e.OwnershipState, e.EligibilityState, e.PublicState,
-		e.AttemptState, e.AttemptIndex, e.DeadlineAtMs, policy, string(rawJSON))
+		e.AttemptState, e.AttemptIndex, e.DeadlineAtMs, policy, string(rawJSON), e.TerminalAtMs)
 	if err != nil {
 		t.Fatalf("insert ff_exec_core: %v", err)
 	}

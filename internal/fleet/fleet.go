@@ -49,6 +49,19 @@ type Config struct {
 	// interval. Defaults to every reconciler at its own default interval.
 	Reconcilers map[string]time.Duration
 
+	// Retention turns the retention reconciler on: terminal executions
+	// older than this are deleted with their sibling rows. It runs only
+	// when set, and is then enabled with the others unless Reconcilers
+	// says otherwise. Defaults to none (off).
+	Retention time.Duration
+	// OutboxRetention turns the outbox trim on: lease events, and completion
+	// events already dispatched, older than this are deleted. Defaults to
+	// none (off).
+	OutboxRetention time.Duration
+	// OutboxRetentionInterval is how often the outbox trim runs. Defaults
+	// to workers.OutboxRetentionInterval.
+	OutboxRetentionInterval time.Duration
+
 	// Filter limits the fleet to one tenant. Defaults to none.
 	Filter store.Filter
 	// BatchSize is the most rows one partition scan enqueues. Defaults to
@@ -130,6 +143,11 @@ type Config struct {
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
+	// ExtraWorkers, when set, adds workers of other kinds to the fleet's
+	// River client, worked with the fleet's queues and settings: the
+	// benchmark's no-op jobs measure River's own ceiling with it. Defaults
+	// to none.
+	ExtraWorkers func(*river.Workers) error
 	// QueryTracer, when set, sees every statement of the pools (the
 	// benchmark counts statements with it). It replaces the OpenTelemetry
 	// SQL tracer.
@@ -176,6 +194,9 @@ type Fleet struct {
 	stopBeat func()
 }
 
+// MinRetention is the shortest retention (and outbox retention) accepted.
+const MinRetention = time.Second
+
 // WithDefaults returns a copy of c with every unset field at its default.
 func (c Config) WithDefaults() Config {
 	c.DatabaseURL = cmp.Or(c.DatabaseURL, dbconn.DefaultURL)
@@ -183,9 +204,12 @@ func (c Config) WithDefaults() Config {
 	if c.Reconcilers == nil {
 		c.Reconcilers = map[string]time.Duration{}
 		for _, r := range workers.All() {
-			c.Reconcilers[r.Name] = r.Interval
+			if !r.Retained || c.Retention > 0 {
+				c.Reconcilers[r.Name] = r.Interval
+			}
 		}
 	}
+	c.OutboxRetentionInterval = cmp.Or(c.OutboxRetentionInterval, workers.OutboxRetentionInterval)
 	c.BatchSize = cmp.Or(c.BatchSize, workers.DefaultBatchSize)
 	c.PartitionCount = cmp.Or(c.PartitionCount, jobs.PartitionCount)
 	c.BudgetPartitionCount = cmp.Or(c.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
@@ -262,9 +286,24 @@ func (c Config) validate() error {
 	if c.Filter.TagKey == "" && c.Filter.TagValue != "" {
 		return errors.New("instance tag value given without a key")
 	}
+	for _, r := range []struct {
+		what string
+		d    time.Duration
+	}{{"retention", c.Retention}, {"outbox retention", c.OutboxRetention}} {
+		if r.d != 0 && r.d < MinRetention {
+			return fmt.Errorf("%s %s is too short (minimum %s; 0 turns it off)", r.what, r.d, MinRetention)
+		}
+	}
+	if c.OutboxRetentionInterval < periodic.MinInterval {
+		return fmt.Errorf("outbox retention interval %s is too short (minimum %s)", c.OutboxRetentionInterval, periodic.MinInterval)
+	}
 	for name, interval := range c.Reconcilers {
-		if _, ok := workers.ByName(name); !ok {
+		r, ok := workers.ByName(name)
+		if !ok {
 			return fmt.Errorf("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+		}
+		if r.Retained && c.Retention <= 0 {
+			return fmt.Errorf("reconciler %s needs a retention (--retention, e.g. 24h): how long an execution stays after it ends", name)
 		}
 		if interval < periodic.MinInterval {
 			return fmt.Errorf("%s interval %s is too short (minimum %s)", name, interval, periodic.MinInterval)
@@ -285,6 +324,13 @@ func (c Config) tables() []string {
 			}
 		}
 	}
+	if c.OutboxRetention > 0 {
+		for _, t := range []string{"ff_lease_event", "ff_completion_event", migrations.OutboxTrimTableName} {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
 	return out
 }
 
@@ -296,6 +342,9 @@ func (c Config) ticks() []periodic.Tick {
 		if interval, ok := c.Reconcilers[r.Name]; ok {
 			out = append(out, periodic.Tick{Args: r.TickArgs(), Interval: interval})
 		}
+	}
+	if c.OutboxRetention > 0 {
+		out = append(out, periodic.Tick{Args: jobs.OutboxTrimArgs{}, Interval: c.OutboxRetentionInterval, InsertOpts: jobs.OutboxTrimInsertOpts()})
 	}
 	return out
 }
@@ -394,6 +443,11 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	if err := migrations.Check(ctx, f.WorkPool, cfg.tables()...); err != nil {
 		return err
 	}
+	if _, ok := cfg.Reconcilers[workers.Retention.Name]; ok {
+		if err := migrations.CheckRetentionIndex(ctx, f.WorkPool); err != nil {
+			return err
+		}
+	}
 	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
@@ -401,6 +455,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
+		Retention: cfg.Retention,
 	})
 	var wake func(time.Time)
 	if !cfg.PollOnly {
@@ -432,11 +487,18 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		RowStatements:        cfg.RowStatements,
 		Lookahead:            lookaheads(cfg.Reconcilers, cfg.Lookahead),
 		Wake:                 wake,
+		Retention:            cfg.Retention,
+		OutboxRetention:      cfg.OutboxRetention,
 	})
 	if err != nil {
 		return err
 	}
 	f.Workers = set
+	if cfg.ExtraWorkers != nil {
+		if err := cfg.ExtraWorkers(set.Workers()); err != nil {
+			return fmt.Errorf("extra workers: %w", err)
+		}
+	}
 	middleware := append([]rivertype.Middleware{f.Metrics.Middleware()}, set.Middleware()...)
 	if cfg.Tracing {
 		middleware = append(middleware, tracing.RiverMiddleware())
@@ -451,7 +513,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	client, err := river.NewClient(riverpgxv5.New(f.RiverPool), &river.Config{
 		Schema: cfg.RiverSchema,
 		ID:     cfg.ClientID,
-		Logger: cfg.Logger,
+		Logger: riverLogger(cfg.Logger),
 		Queues: map[string]river.QueueConfig{
 			// Ticks, one at a time: each plans over every partition of its
 			// table and locks every child and index while it runs, so
@@ -462,6 +524,9 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			jobs.QueueTicks:   {MaxWorkers: 1, FetchCooldown: 10 * time.Millisecond},
 			jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
 			jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
+			// Trims, one at a time: long deletes that must never hold a
+			// worker or a connection the other reconcilers need.
+			jobs.QueueRetention: {MaxWorkers: 1},
 		},
 		FetchCooldown:               cfg.RowFetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,

@@ -27,6 +27,8 @@ type shape struct {
 	PartitionCount       int               `json:"partition_count"`
 	BudgetPartitionCount int               `json:"budget_partition_count"`
 	Lookahead            string            `json:"lookahead"`
+	Retention            string            `json:"retention,omitempty"`
+	OutboxRetention      string            `json:"outbox_retention,omitempty"`
 }
 
 // shape returns c's shape; c has its defaults applied.
@@ -38,6 +40,12 @@ func (c Config) shape() shape {
 		PartitionCount:       c.PartitionCount,
 		BudgetPartitionCount: c.BudgetPartitionCount,
 		Lookahead:            c.Lookahead.String(),
+	}
+	if c.Retention > 0 {
+		s.Retention = c.Retention.String()
+	}
+	if c.OutboxRetention > 0 {
+		s.OutboxRetention = c.OutboxRetention.String() + " every " + c.OutboxRetentionInterval.String()
 	}
 	if c.Filter.TagKey != "" {
 		s.InstanceTag = c.Filter.TagKey + "=" + c.Filter.TagValue
@@ -79,6 +87,8 @@ func (s shape) diff(other shape) string {
 	add("partition count", fmt.Sprint(s.PartitionCount), fmt.Sprint(other.PartitionCount))
 	add("budget partition count", fmt.Sprint(s.BudgetPartitionCount), fmt.Sprint(other.BudgetPartitionCount))
 	add("lookahead", s.Lookahead, other.Lookahead)
+	add("retention", s.Retention, other.Retention)
+	add("outbox retention", s.OutboxRetention, other.OutboxRetention)
 	return strings.Join(out, "; ")
 }
 

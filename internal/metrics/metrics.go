@@ -38,6 +38,10 @@ type Config struct {
 	Logger *slog.Logger
 	// DueCap bounds each due-rows count. Defaults to 100,000.
 	DueCap int
+	// Retention is the fleet's retention: terminal executions older than
+	// it are due for retention. Defaults to none: retention's due gauge is
+	// not exported.
+	Retention time.Duration
 }
 
 // Metrics is a registry with the fleet's collectors.
@@ -157,7 +161,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.stats.Snapshot()
-	for _, name := range workers.Names() {
+	for _, name := range append(workers.Names(), workers.OutboxRetentionName) {
 		s := snap[name] // zero when the reconciler has not run yet
 		for i, d := range statDescs {
 			ch <- prometheus.MustNewConstMetric(descs[i], prometheus.CounterValue, float64(d.get(s)), name)
@@ -225,8 +229,11 @@ func (c *dbCollector) read() []prometheus.Metric {
 	up := 1.0
 	now := store.NowMs()
 	for _, r := range workers.All() {
+		if r.Retained && c.cfg.Retention <= 0 {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-		dc, err := r.Due.Count(ctx, c.cfg.Pool, now, c.cfg.Filter, c.cfg.DueCap)
+		dc, err := r.Due.Count(ctx, c.cfg.Pool, r.DueAt(now, c.cfg.Retention), c.cfg.Filter, c.cfg.DueCap)
 		cancel()
 		if err != nil {
 			c.cfg.Logger.Warn("metrics: count due rows", "reconciler", r.Name, "error", err)

@@ -178,6 +178,19 @@ func dropDatabase(name string) {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
+// Schemas are the two ways a test database's ff_* tables come to be: this
+// project's --ff-schema (New) and FlowFabric's own migrations
+// (NewFlowFabric, which skips the test, saying why, when they are not
+// beside the clone). An end-to-end test runs on both, so the worker is
+// shown to run unchanged on a database FlowFabric migrated.
+var Schemas = []struct {
+	Name string
+	New  func(testing.TB) *DB
+}{
+	{"FFSchema", New},
+	{"FlowFabricMigrations", NewFlowFabric},
+}
+
 // NewFlowFabric creates a database migrated the way a FlowFabric deployment
 // is: FlowFabric's own migrations (see FlowFabricMigrations), applied in name
 // order, then River's tables and the worker table, as `worker migrate`
@@ -207,7 +220,13 @@ func NewFlowFabric(t testing.TB) *DB {
 				if _, err := migrations.ApplyRiver(ctx, pool, RiverSchema, nil); err != nil {
 					return err
 				}
-				return migrations.ApplyWorkerTable(ctx, pool, RiverSchema)
+				if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
+					return err
+				}
+				if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
+					return err
+				}
+				return migrations.ApplyRetentionIndex(ctx, pool)
 			})
 		}
 	})
@@ -355,7 +374,13 @@ func migrateInto(ctx context.Context, dbURL string) error {
 	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
 		return err
 	}
-	return migrations.ApplyWorkerTable(ctx, pool, RiverSchema)
+	if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
+		return err
+	}
+	if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
+		return err
+	}
+	return migrations.ApplyRetentionIndex(ctx, pool)
 }
 
 // PoolAsNewRole creates a login role with no rights beyond PUBLIC's, except

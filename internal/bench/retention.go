@@ -1,0 +1,275 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// RetentionResult is the retention section: trimming a backlog of
+// expired terminal executions, with their sibling rows, by FlowFabric's
+// set-based trim and by ours, and the lateness of lease expiry while ours
+// trims it.
+type RetentionResult struct {
+	Backlog     int // expired terminal executions
+	SiblingRows int // their rows in the sibling tables
+	Kept        int // recent terminal and live executions, which must stay
+
+	// FlowFabric's trim_retention_impl, looped over partitions one after
+	// another until each returns a short batch, as its scanner would.
+	SeedTime time.Duration
+	// Ours: a fleet running retention only, from start to the last
+	// execution deleted.
+	OursTime  time.Duration
+	OursStats string
+	OursCPU   CPUCost
+
+	// Lateness of lease expiry (every reconciler running, retention too)
+	// while the same backlog is trimmed.
+	During LatenessResult
+	// LeftAfterStream is how much of the backlog was still there when the
+	// lateness stream ended (0: the trim finished during it).
+	LeftAfterStream int
+}
+
+// retentionTemplate is the database holding the seeded backlog, copied for
+// each run.
+func (e *env) retentionTemplate() string { return e.cfg.DBName + "_ret" }
+
+// retentionAge is the bench's retention; the backlog ended twice as long ago.
+const retentionAge = time.Hour
+
+// seedRetention fills the bench database with n executions that ended two
+// hours ago (each with an attempt, a dispatched completion event and two
+// lease events, as a finished execution has), and n/10 that ended a minute
+// ago and n/10 still running, which must stay.
+func (e *env) seedRetention(ctx context.Context, n int) (siblings int, err error) {
+	now := store.NowMs()
+	old, recent := now-2*retentionAge.Milliseconds(), now-time.Minute.Milliseconds()
+	stmts := []string{
+		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		        public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
+		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 'default', 'terminal', 'unowned', 'not_applicable',
+		        'completed', 'attempt_terminal', $2::bigint - 60000, $2::bigint + g % 1000, '{"namespace": "bench"}'
+		   FROM generate_series(1, $1) AS g`,
+		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, terminal_at_ms, outcome)
+		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 0, $2::bigint, 'success' FROM generate_series(1, $1) AS g`,
+		`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, committed_at_ms, dispatched_at_ms)
+		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 'success', $2::bigint, $2::bigint, $2::bigint + 5 FROM generate_series(1, $1) AS g`,
+		`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key, namespace)
+		 SELECT md5('ret' || g)::uuid::text, t, $2::bigint - 1000, g % 256, 'bench'
+		   FROM generate_series(1, $1) AS g, unnest(ARRAY['acquired', 'revoked']) AS t`,
+		// What must stay: recently ended, and live.
+		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		        public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
+		 SELECT (g % 256)::smallint, md5('keep' || g)::uuid, 'default', 'terminal', 'unowned', 'not_applicable',
+		        'completed', 'attempt_terminal', $2::bigint, $3::bigint, '{"namespace": "bench"}'
+		   FROM generate_series(1, $1 / 10) AS g`,
+		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+		        public_state, attempt_state, created_at_ms, raw_fields)
+		 SELECT (g % 256)::smallint, md5('live' || g)::uuid, 'default', 'active', 'leased', 'not_applicable',
+		        'running', 'running_attempt', $2::bigint, '{"namespace": "bench"}'
+		   FROM generate_series(1, $1 / 10) AS g`,
+	}
+	for i, s := range stmts {
+		args := []any{n, old}
+		if i == 4 {
+			args = append(args, recent)
+		}
+		if i == 5 {
+			args = []any{n, recent}
+		}
+		if _, err := e.pool.Exec(ctx, s, args...); err != nil {
+			return 0, fmt.Errorf("seed retention backlog: %w", err)
+		}
+	}
+	return 4 * n, e.settle(ctx, true)
+}
+
+// resetFrom replaces the bench database with a copy of template.
+func (e *env) resetFrom(ctx context.Context, template string) error {
+	e.close()
+	if err := adminExec(ctx, e.cfg.AdminURL,
+		dropDatabase(e.cfg.DBName),
+		"CREATE DATABASE "+pgx.Identifier{e.cfg.DBName}.Sanitize()+" TEMPLATE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		return err
+	}
+	return e.open(ctx)
+}
+
+// remainingExpired counts the backlog not yet trimmed.
+func (e *env) remainingExpired(ctx context.Context) (int, error) {
+	var n int
+	err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal' AND terminal_at_ms < $1`,
+		store.NowMs()-retentionAge.Milliseconds()).Scan(&n)
+	return n, err
+}
+
+// checkKept fails when anything that must stay was deleted, or a trimmed
+// execution's row was left behind (only the backlog has sibling rows).
+func (e *env) checkKept(ctx context.Context, want int) error {
+	var n, left int
+	if err := e.pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_exec_core),
+		(SELECT count(*) FROM ff_attempt) + (SELECT count(*) FROM ff_completion_event) + (SELECT count(*) FROM ff_lease_event)`).Scan(&n, &left); err != nil {
+		return err
+	}
+	if n != want || left != 0 {
+		return fmt.Errorf("after the trim: %d executions (want %d kept), %d sibling rows left (want 0)", n, want, left)
+	}
+	return nil
+}
+
+// seedTrim is FlowFabric's trim_retention_impl (exec_core.rs), its
+// statements as written: per partition and lane, select a batch of
+// terminal executions past the cutoff, delete their rows from each sibling
+// table, then the executions, in one transaction.
+func seedTrim(ctx context.Context, db *pgx.Conn, partition int16, cutoff int64, batch int) (int, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	rows, err := tx.Query(ctx, `
+        SELECT execution_id
+        FROM ff_exec_core
+        WHERE partition_key = $1
+          AND lane_id = $2
+          AND lifecycle_phase = 'terminal'
+          AND terminal_at_ms IS NOT NULL
+          AND terminal_at_ms <= $3
+          AND ($5::text IS NULL OR raw_fields->>'namespace' = $5)
+          AND ($6::text IS NULL OR raw_fields->'tags'->>$6 = $7)
+        ORDER BY terminal_at_ms
+        LIMIT $4`, partition, "default", cutoff, batch, nil, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	for _, t := range store.RetentionSiblingTables.UUID {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+t+" WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])", partition, ids); err != nil {
+			return 0, err
+		}
+	}
+	for _, t := range store.RetentionSiblingTables.Text {
+		if _, err := tx.Exec(ctx, "DELETE FROM "+t+" WHERE partition_key = $1 AND execution_id = ANY($2::text[])", partition, ids); err != nil {
+			return 0, err
+		}
+	}
+	tag, err := tx.Exec(ctx, "DELETE FROM ff_exec_core WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])", partition, ids)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), tx.Commit(ctx)
+}
+
+// retention runs the section.
+func (e *env) retention(ctx context.Context) (RetentionResult, error) {
+	n := e.cfg.RetentionBacklog
+	res := RetentionResult{Backlog: n, Kept: n/10 + n/10}
+	tmpl := e.retentionTemplate()
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	e.progress("retention: seeding %d expired terminal executions with their rows", n)
+	start := time.Now()
+	var err error
+	if res.SiblingRows, err = e.seedRetention(ctx, n); err != nil {
+		return res, err
+	}
+	e.close()
+	if err := adminExec(ctx, e.cfg.AdminURL, dropDatabase(tmpl),
+		"CREATE DATABASE "+pgx.Identifier{tmpl}.Sanitize()+" TEMPLATE "+pgx.Identifier{e.cfg.DBName}.Sanitize()); err != nil {
+		return res, err
+	}
+	defer func() { _ = adminExec(context.Background(), e.cfg.AdminURL, dropDatabase(tmpl)) }()
+	e.progress("retention: seeded in %s", time.Since(start).Round(time.Second))
+
+	// FlowFabric's trim, one connection, partition after partition.
+	if err := e.resetFrom(ctx, tmpl); err != nil {
+		return res, err
+	}
+	conn, err := pgx.Connect(ctx, e.url)
+	if err != nil {
+		return res, err
+	}
+	start = time.Now()
+	cutoff := store.NowMs() - retentionAge.Milliseconds()
+	for p := range int16(256) {
+		for {
+			k, err := seedTrim(ctx, conn, p, cutoff, workers.DefaultBatchSize)
+			if err != nil {
+				conn.Close(ctx)
+				return res, fmt.Errorf("seed trim of partition %d: %w", p, err)
+			}
+			if k < workers.DefaultBatchSize {
+				break
+			}
+		}
+	}
+	res.SeedTime = time.Since(start)
+	conn.Close(ctx)
+	if err := e.checkKept(ctx, res.Kept); err != nil {
+		return res, fmt.Errorf("seed trim: %w", err)
+	}
+	e.progress("retention: FlowFabric's trim: %d executions in %s (%.0f/s)", n, res.SeedTime.Round(time.Millisecond), float64(n)/res.SeedTime.Seconds())
+
+	// Ours: retention alone.
+	if err := e.resetFrom(ctx, tmpl); err != nil {
+		return res, err
+	}
+	cfg := e.fleetConfig()
+	cfg.Reconcilers = map[string]time.Duration{workers.Retention.Name: time.Second}
+	cfg.Retention = retentionAge
+	f, err := fleet.New(ctx, cfg)
+	if err != nil {
+		return res, err
+	}
+	cpu := sampleCPU()
+	start = time.Now()
+	if err := f.Start(ctx); err != nil {
+		f.Close()
+		return res, err
+	}
+	done, err := waitDrained(ctx, 10*time.Minute, e.remainingExpired)
+	res.OursTime, res.OursCPU = done.Sub(start), cpu.per(n)
+	res.OursStats = statsLine(f.Workers.Stats().For(workers.Retention.Name).Snapshot(), nil)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+	f.Close()
+	if err != nil {
+		return res, err
+	}
+	if err := e.checkKept(ctx, res.Kept); err != nil {
+		return res, fmt.Errorf("our trim: %w", err)
+	}
+	e.progress("retention: ours: %d executions in %s (%.0f/s); %s", n, res.OursTime.Round(time.Millisecond), float64(n)/res.OursTime.Seconds(), res.OursStats)
+
+	// Lease expiry's lateness, every reconciler running, while the
+	// backlog is trimmed.
+	during := leaseLateness
+	during.name = "lease expiry while retention trims"
+	during.prepare = func(ctx context.Context, e *env) error { return e.resetFrom(ctx, tmpl) }
+	during.configure = func(c *fleet.Config) {
+		c.Retention = retentionAge
+		c.Reconcilers = nil // every reconciler, retention included
+	}
+	during.afterStream = func(ctx context.Context, e *env) error {
+		left, err := e.remainingExpired(ctx)
+		res.LeftAfterStream = left
+		return err
+	}
+	if res.During, err = e.lateness(ctx, during, e.cfg.LatenessLeads[0]); err != nil {
+		return res, err
+	}
+	return res, nil
+}

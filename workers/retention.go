@@ -1,0 +1,139 @@
+package workers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// trimBudget is how long one trim job deletes batches before it hands the
+// rest of its partition to a continuation at the back of the retention
+// queue, so that one partition's backlog does not hold the queue's worker
+// while other partitions wait.
+const trimBudget = 5 * time.Second
+
+// Retention deletes terminal executions whose terminal_at_ms is older than
+// Config.Retention, with every sibling row, as FlowFabric's trim does. It
+// runs only when Config.Retention is set. Its partition job does the
+// deleting itself, a batch per statement, instead of one row job per
+// execution: a trim is set-based by nature, and a River job per execution
+// would cost more than the deletes (docs/design.md, "Retention").
+var Retention = func() *Reconciler {
+	r := &Reconciler{
+		Name:     "retention",
+		Interval: time.Minute,
+		Due:      store.TerminalExecutions,
+		Retained: true,
+		Tables: append(append([]string{"ff_exec_core"}, store.RetentionSiblingTables.UUID...),
+			store.RetentionSiblingTables.Text...),
+		Partitions: flowPartitions,
+	}
+	var (
+		t jobs.RetentionTickArgs
+		s jobs.RetentionTrimArgs
+	)
+	r.tick = t
+	r.tickKind, r.scanKind = t.Kind(), s.Kind()
+	r.scanQueue = s.InsertOpts().Queue
+	r.newScan = func(a jobs.ScanArgs) river.JobArgs { return jobs.RetentionTrimArgs{ScanArgs: a} }
+	r.register = func(ws *river.Workers, d *deps) error {
+		if err := addWorker(ws, d, river.Worker[jobs.RetentionTickArgs](&tickWorker[jobs.RetentionTickArgs]{r: r, d: d})); err != nil {
+			return err
+		}
+		return addWorker(ws, d, river.Worker[jobs.RetentionTrimArgs](&trimWorker{r: r, d: d}))
+	}
+	r.validateJSON = map[string]func([]byte) error{
+		r.scanKind: func(b []byte) error { return jobs.ValidateJSON[jobs.RetentionTrimArgs](r.scanKind, b) },
+	}
+	return r
+}()
+
+// trimWorker trims one partition: batches of Config.BatchSize executions,
+// each in its own transaction, until a batch comes back short or trimBudget
+// is spent; then, with executions left, it completes itself and enqueues
+// its continuation in one transaction (as a scan does).
+type trimWorker struct {
+	river.WorkerDefaults[jobs.RetentionTrimArgs]
+	r *Reconciler
+	d *deps
+}
+
+// Timeout implements river.Worker.
+func (w *trimWorker) Timeout(*river.Job[jobs.RetentionTrimArgs]) time.Duration { return ScanTimeout }
+
+// Work implements river.Worker.
+func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrimArgs]) error {
+	d, r, p := w.d, w.r, job.Args.Partition
+	c := d.stats(r)
+	if d.cfg.Retention <= 0 {
+		// A trim enqueued by a fleet with retention, worked by one without:
+		// this process has no retention to apply.
+		d.log().Warn("retention trim skipped: this process runs without --retention", "partition", p, "job_id", job.ID)
+		return nil
+	}
+	c.Scans.Add(1)
+	start := time.Now()
+	var total store.TrimResult
+	full := false
+	for {
+		cutoff := store.NowMs() - d.cfg.Retention.Milliseconds()
+		res, err := store.TrimExecutions(ctx, d.cfg.Pool, p, cutoff, d.cfg.BatchSize, d.cfg.Filter)
+		if err != nil {
+			c.Errors.Add(1)
+			return fmt.Errorf("retention: %w", err)
+		}
+		c.Examined.Add(int64(res.Executions))
+		c.Applied.Add(int64(res.Executions))
+		if res.Executions > 0 {
+			d.cfg.Observer.Lateness(r.Name, time.Duration(cutoff-res.OldestTerminalMs)*time.Millisecond)
+		}
+		total.Executions += res.Executions
+		total.SiblingRows += res.SiblingRows
+		full = res.Executions >= d.cfg.BatchSize
+		if !full || time.Since(start) >= trimBudget {
+			break
+		}
+	}
+	if full {
+		if err := w.continueLater(ctx, job); err != nil {
+			c.Errors.Add(1)
+			return err
+		}
+		c.Continuations.Add(1)
+	}
+	if total.Executions > 0 {
+		d.log().Info("trimmed terminal executions", "partition", p, "executions", total.Executions,
+			"sibling_rows", total.SiblingRows, "continued", full, "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// continueLater completes job and enqueues the partition's next trim in one
+// transaction: completing first frees the unique key the continuation
+// takes.
+func (w *trimWorker) continueLater(ctx context.Context, job *river.Job[jobs.RetentionTrimArgs]) error {
+	p := job.Args.Partition
+	tx, err := w.d.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("retention trim of partition %d: begin: %w", p, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("retention trim of partition %d: complete before continuing: %w", p, err)
+	}
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	if _, err := client.InsertTx(ctx, tx, jobs.RetentionTrimArgs{ScanArgs: jobs.ScanArgs{Partition: p, Follows: job.Args.Follows}}, nil); err != nil {
+		return fmt.Errorf("retention trim of partition %d: enqueue continuation: %w", p, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("retention trim of partition %d: commit: %w", p, err)
+	}
+	return nil
+}
