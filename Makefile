@@ -9,7 +9,7 @@ BIN       := bin/worker
 # local server's URL (starting one if needed).
 DB_URL     = $$(./scripts/ensure-postgres.sh)
 
-.PHONY: all build run migrate test test-fleet lint bench clean
+.PHONY: all build run migrate install test test-fleet lint bench clean
 
 all: build
 
@@ -19,21 +19,35 @@ build:
 # DEMO_RATE: items per second `make run` feeds into the ff_* tables so a
 # newcomer sees the reconcilers work at once (0 turns the demo feed off).
 DEMO_RATE ?= 20
+# DEMO_FLAGS: more `worker demo` flags, e.g. --malformed to also write rows
+# the worker warns about (deliberately malformed; off by default).
+DEMO_FLAGS ?=
 
-## run: start (or find) PostgreSQL, migrate River and the ff_* tables, feed a demo workload, run the worker with River UI.
+# RUN_DB: the database `make run` and `make migrate` use on the local
+# server when DATABASE_URL is unset, created when missing (never the
+# server's postgres maintenance database). Drop it with
+#   psql -h 127.0.0.1 -U postgres -c 'DROP DATABASE ffreconcile WITH (FORCE)'
+RUN_DB ?= ffreconcile
+RUN_URL = $$(if [ -n "$${DATABASE_URL:-}" ]; then echo "$$DATABASE_URL"; else ./scripts/ensure-postgres.sh | sed 's|/postgres?|/$(RUN_DB)?|'; fi)
+
+## run: start (or find) PostgreSQL, create and migrate the ffreconcile database, feed a demo workload, run the worker with River UI.
 run: build
-	@url=$(DB_URL) && \
-	DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema && \
+	@url=$(RUN_URL) && echo "database: $$url" && \
+	DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema --create-database && \
 	if [ "$(DEMO_RATE)" != 0 ]; then \
-	  DATABASE_URL="$$url" ./$(BIN) demo --rate $(DEMO_RATE) > bin/demo.log 2>&1 & demo=$$!; \
+	  DATABASE_URL="$$url" ./$(BIN) demo --rate $(DEMO_RATE) $(DEMO_FLAGS) > bin/demo.log 2>&1 & demo=$$!; \
 	  trap 'kill -INT $$demo 2>/dev/null; wait $$demo' EXIT; \
 	  echo "demo workload: $(DEMO_RATE) items/s in namespace demo (log: bin/demo.log; DEMO_RATE=0 turns it off)"; \
 	fi; \
 	DATABASE_URL="$$url" ./$(BIN) run
 
-## migrate: create River's tables and the ff_* tables in $DATABASE_URL (or the local server).
+## migrate: create River's tables and the ff_* tables in $DATABASE_URL (or the local server's ffreconcile database).
 migrate: build
-	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema
+	@url=$(RUN_URL) && DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema --create-database
+
+## install: install the worker binary as `worker` in $(go env GOPATH)/bin (or $GOBIN).
+install:
+	$(GO) install ./cmd/worker
 
 ## test: lint, then every test against a real PostgreSQL: a private cluster started for the run
 ## (scripts/test-postgres.sh; TEST_DATABASE_URL uses another server), each test in a database of its own.

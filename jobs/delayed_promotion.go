@@ -66,8 +66,12 @@ func (PromoteArgs) Kind() string { return KindPromote }
 // available by At; the worker then waits for At itself (a snooze that
 // short stays available) and promotes within a fetch of At instead of up to
 // 5 s after it. An At closer than that inserts the job available at once.
+// The job is tagged delayed_promotion.
 func (a PromoteArgs) InsertOpts() river.InsertOpts {
 	opts := rowOpts()
+	// Tagged as the fleet tags its own jobs, so River UI's tag filter
+	// finds promotions other services enqueued too.
+	opts.Tags = []string{"delayed_promotion"}
 	if a.At != nil {
 		if early := a.At.Add(-RiverSchedulerInterval); early.After(time.Now()) {
 			opts.ScheduledAt = early

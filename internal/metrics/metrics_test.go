@@ -1,8 +1,10 @@
 package metrics_test
 
 import (
+	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -101,6 +103,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	if !strings.Contains(body, "# HELP ffreconcile_actions_noop_total") {
 		t.Error("no-op counter undocumented")
 	}
+	checkDashboard(t, body)
 
 	// Each release job keeps its own log line for River UI.
 	var logged int
@@ -110,5 +113,46 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 	if logged != n {
 		t.Fatalf("%d release jobs carry a job log line; want %d", logged, n)
+	}
+}
+
+// checkDashboard fails when the Grafana dashboard (docs/grafana) names a
+// metric /metrics does not export, after a fleet has done some work (so
+// the histograms have samples): a renamed metric would leave a panel empty
+// without anyone noticing.
+func checkDashboard(t *testing.T, body string) {
+	t.Helper()
+	raw, err := os.ReadFile("../../docs/grafana/ffreconcile.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	names := regexp.MustCompile(`\bffreconcile_[a-z_]+`)
+	seen := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, target := range p.Targets {
+			for _, name := range names.FindAllString(target.Expr, -1) {
+				seen++
+				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+					t.Errorf("panel %q queries %s, which /metrics does not export", p.Title, name)
+				}
+			}
+		}
+	}
+	if seen < 8 {
+		t.Errorf("the dashboard names only %d metrics; the check read too little", seen)
 	}
 }
