@@ -9,7 +9,7 @@ BIN       := bin/worker
 # local server's URL (starting one if needed).
 DB_URL     = $$(./scripts/ensure-postgres.sh)
 
-.PHONY: all build run migrate install test test-fleet lint bench clean
+.PHONY: all build run migrate install test test-fleet lint bench soak clean
 
 all: build
 
@@ -74,6 +74,10 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+## soak: 30 minutes of the demo's mixed stream into one fleet process, reported per 5-minute window in docs/soak.md.
+soak: build
+	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) bench --soak 30m --out docs/soak.md $(BENCH_FLAGS)
 
 ## bench: benchmark against the seed's design on a throwaway database and write docs/benchmarks.md.
 bench: build

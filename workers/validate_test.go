@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
@@ -23,7 +24,9 @@ import (
 func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
+	// An outbox retention (of a year, so nothing is trimmed) makes the
+	// fleet work the retention queue, where the bad trim jobs go.
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), OutboxRetention: 365 * 24 * time.Hour})
 
 	const id = `"6f1c0b1e-2d3a-4b5c-8d9e-0a1b2c3d4e5f"`
 	kinds := []struct {

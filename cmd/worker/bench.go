@@ -44,6 +44,13 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.IntAuto(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 under synchronous_commit off", "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
 	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs (for tuning)")
+	var (
+		soak, soakWindow time.Duration
+		soakRate         int
+	)
+	f.Duration(&soak, "soak", "FF_BENCH_SOAK", 0, "instead of the sections: soak for this long (e.g. 30m), the demo's mixed stream into one fleet process, reported per --soak-window")
+	f.Int(&soakRate, "soak-rate", "FF_BENCH_SOAK_RATE", 1000, "soak: demo items fed per second")
+	f.Duration(&soakWindow, "soak-window", "FF_BENCH_SOAK_WINDOW", 5*time.Minute, "soak: length of each reported window")
 	var commits []string
 	f.Strings(&commits, "commit", "FF_BENCH_COMMIT", "synchronous_commit settings the throughput runs compare: on, off (repeatable; default both)")
 	f.String(&cfg.CPUProfile, "cpu-profile", "FF_BENCH_CPU_PROFILE", "", "write a Go CPU profile of each throughput run of ours to <prefix>-<reconciler>-<commit>.pprof and of each lateness run to <prefix>-lateness-<reconciler>.pprof")
@@ -97,11 +104,39 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	cfg.AdminURL = dsn
 	cfg.Logger = logger
 	cfg.Out = stdout
+	if soak != 0 {
+		if soak < 0 || soakWindow <= 0 || soakWindow > soak || soakRate < 1 || soakRate > 10_000 {
+			return badUsage("soak out of range: --soak > 0, 0 < --soak-window ≤ --soak, --soak-rate in 1..10000")
+		}
+		started := time.Now()
+		res, err := bench.Soak(ctx, cfg, soakRate, soak, soakWindow)
+		if err != nil {
+			return dbconn.Scrub(err, dsn)
+		}
+		md := res.Markdown("worker bench "+strings.Join(args, " "), bench.Machine(), started)
+		fmt.Fprintln(stdout)
+		fmt.Fprint(stdout, md)
+		if out != "" {
+			if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+				return fmt.Errorf("write %s: %w", out, err)
+			}
+			fmt.Fprintf(stdout, "\nwrote %s\n", out)
+		}
+		return nil
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
 		rep.Command = "worker bench " + strings.Join(args, " ")
 	}
 	if err != nil {
+		// What was measured before the failure is kept, marked incomplete:
+		// a late section failing must not lose half an hour of numbers.
+		if rep != nil && out != "" {
+			md := rep.Markdown() + "\n**Incomplete run**: " + dbconn.Scrub(err, dsn).Error() + "\n"
+			if werr := os.WriteFile(out, []byte(md), 0o644); werr == nil {
+				fmt.Fprintf(stdout, "\nwrote the sections measured before the failure to %s\n", out)
+			}
+		}
 		return dbconn.Scrub(err, dsn)
 	}
 	md := rep.Markdown()

@@ -35,7 +35,7 @@ func demoCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger
 	f.Int(&rate, "rate", "FF_DEMO_RATE", demo.DefaultRate, "items per second (each is one row a reconciler acts on)")
 	f.Duration(&duration, "duration", "FF_DEMO_DURATION", 0, "stop after this long (0: until interrupted)")
 	f.Bool(&once, "once", "FF_DEMO_ONCE", false, "insert one batch and exit")
-	f.Bool(&bad, "malformed", "FF_DEMO_MALFORMED", false, "also write deliberately malformed rows (a suspension timeout behaviour FlowFabric does not define), each of which the worker logs as a warning")
+	f.Bool(&bad, "malformed", "FF_DEMO_MALFORMED", false, "also write deliberately malformed rows (a suspension timeout behaviour FlowFabric does not define, a pending cancel row without its edge group), each of which the worker logs as a warning")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}

@@ -422,6 +422,9 @@ func withDatabase(base, name string) (string, error) {
 	return base + " dbname=" + name, nil
 }
 
+// Machine describes where the numbers were taken.
+func Machine() string { return machine() }
+
 // machine describes where the numbers were taken.
 func machine() string {
 	host, _ := os.Hostname()

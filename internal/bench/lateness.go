@@ -246,10 +246,13 @@ var leaseLateness = latenessRun{
 	// The event's occurred_at_ms is the action's clock, taken in the same
 	// statement that commits it.
 	latencies: func(ctx context.Context, db store.DB) ([]float64, error) {
+		// Only the stream's rows: a run may start from a database holding
+		// other executions and events (the retention section's backlog).
 		return collectFloats(db.Query(ctx, `
 			SELECT (ev.occurred_at_ms - (e.raw_fields->>'bench_deadline_ms')::bigint)::float8
 			  FROM ff_lease_event ev
-			  JOIN ff_exec_core e ON e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id::uuid`))
+			  JOIN ff_exec_core e ON e.partition_key = ev.partition_key AND e.execution_id = ev.execution_id::uuid
+			 WHERE ev.event_type = 'expired' AND e.raw_fields ? 'bench_deadline_ms'`))
 	},
 }
 

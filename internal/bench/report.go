@@ -38,6 +38,7 @@ func (r *Report) Markdown() string {
 	p("")
 	p("Produced by `%s` on %s (%s, %s).", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"),
 		r.Machine, r.Finished.Sub(r.Started).Round(time.Second))
+	p("The soak, 30 minutes of a mixed stream (`make soak`), is recorded in [soak.md](soak.md).")
 	p("Every comparison is a ratio of rates measured in the same run on the same data; absolute numbers on a shared")
 	p("2-core machine drift by ±25 %%. Postgres runs on the same machine as the worker.")
 	if len(r.Throughput) > 0 {

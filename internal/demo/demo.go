@@ -179,8 +179,10 @@ type Beginner interface {
 // that successive small batches still cycle through every kind.
 type Feeder struct {
 	// Malformed: suspensions that would get UnknownBehavior get it (the
-	// worker applies it as fail and logs a warning naming the row);
-	// otherwise they get "fail". Off by default, so the worker's log holds
+	// worker applies it as fail and logs a warning naming the row), and
+	// OrphanPending items are dealt (a pending cancel row without its edge
+	// group, deleted with a warning); otherwise they get "fail" and are
+	// StalePending items. Off by default, so the worker's log holds
 	// only what a person should read.
 	Malformed bool
 
@@ -208,8 +210,7 @@ func (f *Feeder) Insert(ctx context.Context, n int, now time.Time) (Counts, erro
 	b := &pgx.Batch{}
 	nowMs := now.UnixMilli()
 	for range n {
-		k := deck[f.next]
-		f.next = (f.next + 1) % len(deck)
+		k := f.deal()
 		f.add(b, k, nowMs, &c)
 		c.Items[k]++
 	}
@@ -225,6 +226,18 @@ func (f *Feeder) Insert(ctx context.Context, n int, now time.Time) (Counts, erro
 		return Counts{}, fmt.Errorf("demo: commit: %w", err)
 	}
 	return c, nil
+}
+
+// deal returns the next kind of the deck. An orphaned pending row is logged
+// by the worker as a warning, so without Malformed a stale one is dealt
+// instead.
+func (f *Feeder) deal() Kind {
+	k := deck[f.next]
+	f.next = (f.next + 1) % len(deck)
+	if k == OrphanPending && !f.Malformed {
+		k = StalePending
+	}
+	return k
 }
 
 // between returns a time in [nowMs+loMs, nowMs+hiMs).

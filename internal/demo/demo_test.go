@@ -44,8 +44,8 @@ func (failingDB) Begin(context.Context) (pgx.Tx, error) { return nil, context.Ca
 
 // TestFeederCountsAndDeadlines: two decks hold every kind twice and every
 // timeout behaviour twice; without Malformed the behaviour FlowFabric does
-// not define is written as fail instead (so the worker's log has no
-// warnings a newcomer should not read). A regression deals a kind or a
+// not define is written as fail and an orphaned pending row as a stale one
+// instead (so the worker's log has no warnings a newcomer should not read). A regression deals a kind or a
 // behaviour too few times, or writes malformed rows unasked.
 func TestFeederCountsAndDeadlines(t *testing.T) {
 	for _, malformed := range []bool{true, false} {
@@ -63,8 +63,7 @@ func feederCountsAndDeadlines(t *testing.T, malformed bool) {
 	c.Behaviors = map[string]int{}
 	b := &pgx.Batch{}
 	for range 2 * DeckSize {
-		k := deck[f.next]
-		f.next = (f.next + 1) % len(deck)
+		k := f.deal()
 		f.add(b, k, now.UnixMilli(), &c)
 		c.Items[k]++
 	}
@@ -83,6 +82,13 @@ func feederCountsAndDeadlines(t *testing.T, malformed bool) {
 		if c.Behaviors[bh] != want {
 			t.Errorf("behaviour %q: %d suspensions; want %d", bh, c.Behaviors[bh], want)
 		}
+	}
+	wantOrphans, wantStale := 2, 2
+	if !malformed {
+		wantOrphans, wantStale = 0, 4
+	}
+	if c.Items[OrphanPending] != wantOrphans || c.Items[StalePending] != wantStale {
+		t.Errorf("%d orphaned and %d stale pending rows; want %d and %d", c.Items[OrphanPending], c.Items[StalePending], wantOrphans, wantStale)
 	}
 	// Deadlines fall within a few seconds of now, so a fleet acts soon.
 	if d := c.LastDueMs - now.UnixMilli(); d <= 0 || d > 5000 {

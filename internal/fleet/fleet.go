@@ -143,6 +143,10 @@ type Config struct {
 	ClientID string
 	// PollOnly disables LISTEN/NOTIFY (for transaction-mode poolers).
 	PollOnly bool
+	// Observer, when set, receives every lateness measurement as the
+	// metrics do (the benchmark's soak keeps them per window). Defaults to
+	// none.
+	Observer workers.Observer
 	// ExtraWorkers, when set, adds workers of other kinds to the fleet's
 	// River client, worked with the fleet's queues and settings: the
 	// benchmark's no-op jobs measure River's own ceiling with it. Defaults
@@ -482,7 +486,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		RiverSchema:          cfg.RiverSchema,
 		Logger:               cfg.Logger,
 		Stats:                stats,
-		Observer:             f.Metrics,
+		Observer:             observers{f.Metrics, cfg.Observer},
 		RowBatch:             cfg.RowBatch,
 		RowStatements:        cfg.RowStatements,
 		Lookahead:            lookaheads(cfg.Reconcilers, cfg.Lookahead),
@@ -510,24 +514,30 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			return slog.NewTextHandler(w, nil)
 		}, &riverlog.MiddlewareConfig{MaxSizeBytes: 4096}))
 	}
+	queues := map[string]river.QueueConfig{
+		// Ticks, one at a time: each plans over every partition of its
+		// table and locks every child and index while it runs, so
+		// several at once would need most of a default lock table
+		// (max_locks_per_transaction 64 × max_connections 100 = 6,400
+		// slots) and fail with "out of shared memory" next to other
+		// work. Scans: few, short, and never stuck behind ticks or rows.
+		jobs.QueueTicks:   {MaxWorkers: 1, FetchCooldown: 10 * time.Millisecond},
+		jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
+		jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
+	}
+	if _, ok := cfg.Reconcilers[workers.Retention.Name]; ok || cfg.OutboxRetention > 0 {
+		// Trims, one at a time: long deletes that must never hold a
+		// worker or a connection the other reconcilers need. Only with a
+		// retention: an idle queue still polls, and every poll counts in
+		// the idle cost. Trims are not in a hurry: polled every 5 s (an
+		// insert's notification still wakes it at once).
+		queues[jobs.QueueRetention] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: max(5*time.Second, cfg.FetchPollInterval)}
+	}
 	client, err := river.NewClient(riverpgxv5.New(f.RiverPool), &river.Config{
-		Schema: cfg.RiverSchema,
-		ID:     cfg.ClientID,
-		Logger: riverLogger(cfg.Logger),
-		Queues: map[string]river.QueueConfig{
-			// Ticks, one at a time: each plans over every partition of its
-			// table and locks every child and index while it runs, so
-			// several at once would need most of a default lock table
-			// (max_locks_per_transaction 64 × max_connections 100 = 6,400
-			// slots) and fail with "out of shared memory" next to other
-			// work. Scans: few, short, and never stuck behind ticks or rows.
-			jobs.QueueTicks:   {MaxWorkers: 1, FetchCooldown: 10 * time.Millisecond},
-			jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
-			jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
-			// Trims, one at a time: long deletes that must never hold a
-			// worker or a connection the other reconcilers need.
-			jobs.QueueRetention: {MaxWorkers: 1},
-		},
+		Schema:                      cfg.RiverSchema,
+		ID:                          cfg.ClientID,
+		Logger:                      riverLogger(cfg.Logger),
+		Queues:                      queues,
 		FetchCooldown:               cfg.RowFetchCooldown,
 		FetchPollInterval:           cfg.FetchPollInterval,
 		JobTimeout:                  workers.RowTimeout,
@@ -658,4 +668,15 @@ func (f *Fleet) Close() {
 	f.TickPool.Close()
 	f.WorkPool.Close()
 	f.RiverPool.Close()
+}
+
+// observers passes lateness to each of its non-nil observers.
+type observers []workers.Observer
+
+func (o observers) Lateness(reconciler string, d time.Duration) {
+	for _, x := range o {
+		if x != nil {
+			x.Lateness(reconciler, d)
+		}
+	}
 }
