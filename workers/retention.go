@@ -83,6 +83,7 @@ func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrim
 	var total store.TrimResult
 	full := false
 	for {
+		batchStart := time.Now()
 		cutoff := store.NowMs() - d.cfg.Retention.Milliseconds()
 		res, err := store.TrimExecutions(ctx, d.cfg.Pool, p, cutoff, d.cfg.BatchSize, d.cfg.Filter)
 		if err != nil {
@@ -99,6 +100,14 @@ func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrim
 		full = res.Executions >= d.cfg.BatchSize
 		if !full || time.Since(start) >= trimBudget {
 			break
+		}
+		// Yield as long as the batch took: a backlog is trimmed at half
+		// the speed one backend could, and the other reconcilers keep the
+		// CPU their lateness needs (docs/benchmarks.md, "Retention").
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Since(batchStart)):
 		}
 	}
 	if full {
