@@ -1,6 +1,9 @@
 package workers
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // registry lists every reconciler once, in the order they are shown. Adding
 // a reconciler is its args (jobs/<name>.go), its store file (the Due and the
@@ -22,6 +25,18 @@ var registry = []*Reconciler{
 
 // All returns every reconciler, in the registry's order.
 func All() []*Reconciler { return slices.Clone(registry) }
+
+// DefaultOn returns the reconcilers a fleet runs unless told otherwise, in
+// the registry's order: all of them, but retention only with a retention.
+func DefaultOn(retention time.Duration) []*Reconciler {
+	var out []*Reconciler
+	for _, r := range registry {
+		if !r.Retained || retention > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
 
 // Names returns every reconciler's name, in the registry's order.
 func Names() []string {

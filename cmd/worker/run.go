@@ -98,10 +98,8 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		rc.uiUser, rc.uiPassword = u, p
 	}
 	if len(reconcilers) == 0 {
-		for _, r := range workers.All() {
-			if !r.Retained || fc.Retention > 0 {
-				reconcilers = append(reconcilers, r.Name)
-			}
+		for _, r := range workers.DefaultOn(fc.Retention) {
+			reconcilers = append(reconcilers, r.Name)
 		}
 	}
 	for _, c := range []struct {

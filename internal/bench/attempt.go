@@ -27,8 +27,8 @@ var (
 func without(off ...*workers.Reconciler) func(*fleet.Config) {
 	return func(c *fleet.Config) {
 		c.Reconcilers = map[string]time.Duration{}
-		for _, r := range workers.All() {
-			if !slices.Contains(off, r) && !r.Retained {
+		for _, r := range workers.DefaultOn(0) {
+			if !slices.Contains(off, r) {
 				c.Reconcilers[r.Name] = r.Interval
 			}
 		}

@@ -207,10 +207,8 @@ func (c Config) WithDefaults() Config {
 	c.RiverSchema = cmp.Or(c.RiverSchema, jobs.DefaultRiverSchema)
 	if c.Reconcilers == nil {
 		c.Reconcilers = map[string]time.Duration{}
-		for _, r := range workers.All() {
-			if !r.Retained || c.Retention > 0 {
-				c.Reconcilers[r.Name] = r.Interval
-			}
+		for _, r := range workers.DefaultOn(c.Retention) {
+			c.Reconcilers[r.Name] = r.Interval
 		}
 	}
 	c.OutboxRetentionInterval = cmp.Or(c.OutboxRetentionInterval, workers.OutboxRetentionInterval)

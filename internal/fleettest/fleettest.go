@@ -84,15 +84,7 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 
 // DefaultOn returns the reconcilers a fleet runs by default: all but
 // retention, which runs only with a retention.
-func DefaultOn() []*workers.Reconciler {
-	var out []*workers.Reconciler
-	for _, r := range workers.All() {
-		if !r.Retained {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func DefaultOn() []*workers.Reconciler { return workers.DefaultOn(0) }
 
 // Fast is a tick configuration for tests: the shortest interval River
 // allows (1 s) for the given reconcilers.
