@@ -577,7 +577,7 @@ func Fingerprint() string { return fingerprint(ffTables, ourDDL) }
 
 // ourDDL is the DDL of what is ours: the heartbeat and outbox trim tables
 // and the retention index.
-const ourDDL = workerTableDDL + outboxTrimDDL + retentionIndexCols
+const ourDDL = workerTableDDL + workerTableConfigDDL + workerTableConnTagDDL + outboxTrimDDL + retentionIndexCols
 
 func fingerprint(tables []ffTable, workerDDL string) string {
 	h := sha256.New()

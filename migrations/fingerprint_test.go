@@ -40,11 +40,12 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), ourDDL},
 		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), ourDDL},
 		{"WorkerTable", ffTables, strings.Replace(ourDDL, "version      text", "version      varchar", 1)},
+		{"WorkerTableConnTag", ffTables, strings.Replace(ourDDL, "conn_tag text", "conn_tag varchar", 1)},
 		{"OutboxTrimTable", ffTables, strings.Replace(ourDDL, "trimmed_through bigint", "trimmed_through numeric", 1)},
 		{"RetentionIndex", ffTables, strings.Replace(ourDDL, "lifecycle_phase = 'terminal'", "lifecycle_phase = 'ended'", 1)},
 	}
 	for _, tt := range tests {
-		if tt.worker == ourDDL && (tt.name == "WorkerTable" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex") {
+		if tt.worker == ourDDL && (tt.name == "WorkerTable" || tt.name == "WorkerTableConnTag" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex") {
 			t.Fatal("the worker table edit changed nothing: fix the test")
 		}
 		if got := fingerprint(tt.tables, tt.worker); got == base {

@@ -34,9 +34,19 @@ const workerTableDDL = `CREATE TABLE IF NOT EXISTS %s (
 // shape its jobs), which a starting process compares with the live ones'.
 const workerTableConfigDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS config jsonb`
 
+// workerTableConnTagDDL adds the conn_tag column to a table created before
+// it existed. A process records there the tag its connections carry in
+// their application_name, by which the others tell, from pg_stat_activity,
+// that it died without a clean stop (it has no connection left) and take
+// over its leadership and running jobs at once. NULL for a process of an
+// earlier version, or one whose connections may not carry the tag
+// (--poll-only, behind a pooler): such a process is never judged by its
+// connections.
+const workerTableConnTagDDL = `ALTER TABLE %s ADD COLUMN IF NOT EXISTS conn_tag text`
+
 // ApplyWorkerTable creates schema (if missing) and the worker heartbeat
-// table in it (if missing), and adds the config column to a table of an
-// earlier version. Running it again is a no-op.
+// table in it (if missing), and adds the config and conn_tag columns to a
+// table of an earlier version. Running it again is a no-op.
 //
 // It runs apart from ApplyRiver because the table is ours, not River's:
 // rivermigrate knows nothing of it and must never be asked to.
@@ -61,6 +71,9 @@ func ApplyWorkerTable(ctx context.Context, pool *pgxpool.Pool, schema string) er
 		}
 		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableConfigDDL, table)); err != nil {
 			return fmt.Errorf("add config column: %w", err)
+		}
+		if _, err := tx.Exec(ctx, fmt.Sprintf(workerTableConnTagDDL, table)); err != nil {
+			return fmt.Errorf("add conn_tag column: %w", err)
 		}
 		return nil
 	})

@@ -43,13 +43,13 @@ func TestApplyWorkerTableIdempotentAndValidatesSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	const want = "client_id text NO, hostname text NO, pid integer NO, version text YES, " +
-		"started_at timestamp with time zone NO, heartbeat_at timestamp with time zone NO, config jsonb YES"
+		"started_at timestamp with time zone NO, heartbeat_at timestamp with time zone NO, config jsonb YES, conn_tag text YES"
 	if cols != want {
 		t.Fatalf("columns:\n got %s\nwant %s", cols, want)
 	}
 
 	// A second run leaves an existing table, and its rows, alone.
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO river_w.ffreconcile_worker VALUES ('c1', 'h', 1, NULL, now(), now(), NULL)`); err != nil {
+	if _, err := db.Pool.Exec(ctx, `INSERT INTO river_w.ffreconcile_worker VALUES ('c1', 'h', 1, NULL, now(), now(), NULL, NULL)`); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.ApplyWorkerTable(ctx, db.Pool, "river_w"); err != nil {
@@ -60,15 +60,15 @@ func TestApplyWorkerTableIdempotentAndValidatesSchema(t *testing.T) {
 		t.Fatalf("rows after second run: %d, %v; want 1", n, err)
 	}
 
-	// A table of an earlier version, without config, gains the column
-	// and keeps its rows.
-	if _, err := db.Pool.Exec(ctx, `ALTER TABLE river_w.ffreconcile_worker DROP COLUMN config`); err != nil {
+	// A table of an earlier version, without config and conn_tag, gains
+	// the columns and keeps its rows.
+	if _, err := db.Pool.Exec(ctx, `ALTER TABLE river_w.ffreconcile_worker DROP COLUMN config, DROP COLUMN conn_tag`); err != nil {
 		t.Fatal(err)
 	}
 	if err := migrations.ApplyWorkerTable(ctx, db.Pool, "river_w"); err != nil {
 		t.Fatalf("ApplyWorkerTable on an earlier version's table: %v", err)
 	}
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_w.ffreconcile_worker WHERE config IS NULL`).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("rows after adding config: %d, %v; want 1", n, err)
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river_w.ffreconcile_worker WHERE config IS NULL AND conn_tag IS NULL`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after adding config and conn_tag: %d, %v; want 1", n, err)
 	}
 }

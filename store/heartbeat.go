@@ -47,6 +47,21 @@ type WorkerHeartbeat struct {
 	// Config is the process's fleet configuration as JSON; nil is stored as
 	// NULL (a process of a version that did not record it).
 	Config []byte
+	// ConnTag is the tag every connection of the process carries at the end
+	// of its application_name (ConnTagged), by which the others tell that
+	// it has none left (DepartedWorkers). Empty is stored as NULL: the
+	// process is then never judged by its connections.
+	ConnTag string
+}
+
+// ConnTagged is the application_name of a connection of the process whose
+// ConnTag is tag: name, a space and the tag (just name when tag is empty).
+// DepartedWorkers recognises a connection by that suffix.
+func ConnTagged(name, tag string) string {
+	if tag == "" {
+		return name
+	}
+	return name + " " + tag
 }
 
 // UpsertWorkerHeartbeat records that the process w.ClientID is alive now.
@@ -75,13 +90,14 @@ func UpsertWorkerHeartbeat(ctx context.Context, db DB, schema string, w WorkerHe
 	}
 	var out time.Time
 	err = db.QueryRow(ctx, `
-		INSERT INTO `+table+` AS w (client_id, hostname, pid, version, started_at, heartbeat_at, config)
-		VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), now(), $6::jsonb)
+		INSERT INTO `+table+` AS w (client_id, hostname, pid, version, started_at, heartbeat_at, config, conn_tag)
+		VALUES ($1, $2, $3, $4, COALESCE($5::timestamptz, now()), now(), $6::jsonb, NULLIF($7, ''))
 		ON CONFLICT (client_id) DO UPDATE
 		   SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, version = EXCLUDED.version,
-		       started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at, config = EXCLUDED.config
+		       started_at = EXCLUDED.started_at, heartbeat_at = EXCLUDED.heartbeat_at, config = EXCLUDED.config,
+		       conn_tag = EXCLUDED.conn_tag
 		RETURNING w.started_at`,
-		w.ClientID, w.Hostname, w.PID, version, started, config).Scan(&out)
+		w.ClientID, w.Hostname, w.PID, version, started, config, w.ConnTag).Scan(&out)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("upsert heartbeat of %s: %w", w.ClientID, tableErr(err))
 	}
@@ -94,13 +110,20 @@ func UpsertWorkerHeartbeat(ctx context.Context, db DB, schema string, w WorkerHe
 // Registrations of one schema are serialised by an advisory lock, so two
 // processes starting at once each see the other, whichever goes first. An
 // error from accept is returned as is and nothing is recorded.
+//
+// It also returns the row it replaced when that was a previous incarnation
+// of w.ClientID (a fixed client ID, restarted) that recorded another
+// connection tag and is disconnected (see DepartedWorkers): the process
+// died without a clean stop, and what it held is its successor's to take
+// over, since no other process will see its row again.
 func RegisterWorkerHeartbeat(ctx context.Context, db Beginner, schema string, w WorkerHeartbeat, liveFor time.Duration,
-	accept func(live []WorkerHeartbeat) error) (time.Time, error) {
+	accept func(live []WorkerHeartbeat) error) (time.Time, *DepartedWorker, error) {
 	table, err := riverTable(schema, migrations.WorkerTableName)
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
 	var started time.Time
+	var previous *DepartedWorker
 	err = inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "ffreconcile.register."+table); err != nil {
 			return false, fmt.Errorf("lock registrations: %w", err)
@@ -121,13 +144,22 @@ func RegisterWorkerHeartbeat(ctx context.Context, db Beginner, schema string, w 
 		if err := accept(live); err != nil {
 			return false, err
 		}
+		prev, err := queryDeparted(ctx, tx, schema, `
+			 WHERE w.client_id = $1 AND w.conn_tag IS DISTINCT FROM NULLIF($2, '') AND d.disconnected`,
+			w.ClientID, w.ConnTag, int64(0))
+		if err != nil {
+			return false, err
+		}
+		if len(prev) == 1 {
+			previous = &prev[0]
+		}
 		started, err = UpsertWorkerHeartbeat(ctx, tx, schema, w)
 		return err == nil, err
 	})
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, nil, err
 	}
-	return started, nil
+	return started, previous, nil
 }
 
 // scanHeartbeat reads a row of the heartbeat table as the queries above
@@ -160,24 +192,84 @@ func DeleteWorkerHeartbeat(ctx context.Context, db DB, schema, clientID string, 
 	return tag.RowsAffected() > 0, nil
 }
 
-// DeleteStaleWorkerHeartbeats deletes up to limit rows, oldest first, whose
-// last heartbeat is older than olderThan: processes that died without a
-// clean stop. The limit bounds the work one beat does whatever was left
-// behind; the next beat continues.
-func DeleteStaleWorkerHeartbeats(ctx context.Context, db DB, schema string, olderThan time.Duration, limit int) (int64, error) {
+// DepartedWorker is a row of the heartbeat table whose process is gone.
+type DepartedWorker struct {
+	ClientID  string
+	StartedAt time.Time
+	// Disconnected: the process recorded a connection tag and no
+	// connection of the server carries it any more. It died, or lost the
+	// database, without a clean stop (which deletes the row first).
+	Disconnected bool
+	// Stale: its last heartbeat is older than the stale age.
+	Stale bool
+	// LeaderElectedAt is the elected_at of the River leadership River's
+	// river_leader gives the process, zero when it is not the leader.
+	LeaderElectedAt time.Time
+}
+
+// DepartedWorkers returns up to limit rows of schema's heartbeat table, other
+// than self's, whose process is gone: disconnected (it recorded a connection
+// tag and pg_stat_activity shows no connection carrying it), or stale (its
+// last heartbeat is older than staleAfter); longest silent first, each with
+// the River leadership it holds, if any.
+//
+// A process is judged by its connections only if the caller can see its
+// own: selfTag must be non-empty and this statement's own connection must
+// show it in pg_stat_activity. A pooler that rewrites application_name, or
+// a server that hides it, then makes no process look dead.
+//
+// Cost: the heartbeat table (a row per process, no index needed) and one
+// read of pg_stat_activity (a row per server connection); river_leader by its
+// primary key's single row.
+func DepartedWorkers(ctx context.Context, db DB, schema, self, selfTag string, staleAfter time.Duration, limit int) ([]DepartedWorker, error) {
+	return queryDeparted(ctx, db, schema, `
+		 WHERE w.client_id <> $1
+		   AND (d.disconnected OR w.heartbeat_at < now() - $3::bigint * interval '1 millisecond')
+		 ORDER BY w.heartbeat_at, w.client_id
+		 LIMIT $4`, self, selfTag, staleAfter.Milliseconds(), limit)
+}
+
+// queryDeparted selects the rows of schema's heartbeat table that where
+// (over w, the row, and d, its disconnected flag) keeps, as DepartedWorkers:
+// $1 is the caller's client ID, $2 its tag, $3 the stale age in
+// milliseconds.
+func queryDeparted(ctx context.Context, db DB, schema, where string, args ...any) ([]DepartedWorker, error) {
 	table, err := riverTable(schema, migrations.WorkerTableName)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	tag, err := db.Exec(ctx, `
-		DELETE FROM `+table+` WHERE client_id IN (
-		    SELECT client_id FROM `+table+`
-		     WHERE heartbeat_at < now() - $1::bigint * interval '1 millisecond'
-		     ORDER BY heartbeat_at LIMIT $2)`, olderThan.Milliseconds(), limit)
+	leader := pgx.Identifier{schema, "river_leader"}.Sanitize()
+	rows, err := db.Query(ctx, `
+		WITH apps AS MATERIALIZED (
+		    SELECT pid, application_name FROM pg_stat_activity WHERE application_name <> ''
+		), judge AS (
+		    SELECT $2 <> '' AND EXISTS (
+		        SELECT 1 FROM apps WHERE pid = pg_backend_pid() AND right(application_name, length($2) + 1) = ' ' || $2) AS ok
+		)
+		SELECT w.client_id, w.started_at, d.disconnected, w.heartbeat_at < now() - $3::bigint * interval '1 millisecond', l.elected_at
+		  FROM `+table+` w
+		 CROSS JOIN judge
+		 CROSS JOIN LATERAL (
+		     SELECT judge.ok AND w.conn_tag IS NOT NULL AND NOT EXISTS (
+		         SELECT 1 FROM apps a WHERE right(a.application_name, length(w.conn_tag) + 1) = ' ' || w.conn_tag) AS disconnected
+		 ) d
+		  LEFT JOIN `+leader+` l ON l.leader_id = w.client_id`+where, args...)
 	if err != nil {
-		return 0, fmt.Errorf("delete stale heartbeats: %w", tableErr(err))
+		return nil, fmt.Errorf("find departed workers: %w", tableErr(err))
 	}
-	return tag.RowsAffected(), nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DepartedWorker, error) {
+		var d DepartedWorker
+		var elected *time.Time
+		err := r.Scan(&d.ClientID, &d.StartedAt, &d.Disconnected, &d.Stale, &elected)
+		if elected != nil {
+			d.LeaderElectedAt = *elected
+		}
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find departed workers: %w", tableErr(err))
+	}
+	return out, nil
 }
 
 // ListWorkerHeartbeats returns every process's row, most recently started

@@ -2,9 +2,15 @@ package store_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/store"
@@ -60,45 +66,143 @@ func TestWorkerHeartbeatUpsertListDelete(t *testing.T) {
 	}
 }
 
-func TestDeleteStaleWorkerHeartbeatsIsBoundedAndOldestFirst(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := testdb.New(t)
-	// Three processes that died 11, 12 and 13 minutes ago, two alive.
-	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO river.ffreconcile_worker (client_id, hostname, pid, started_at, heartbeat_at)
-		SELECT 'c' || i, 'h', i, now() - interval '1 hour', now() - i * interval '1 minute'
-		  FROM unnest(ARRAY[0, 1, 11, 12, 13]) AS i`)
+// tagged opens a pool on db whose connections carry tag, as a fleet
+// process's do, with one connection open.
+func tagged(t *testing.T, pool *pgxpool.Pool, tag string) *pgxpool.Pool {
+	t.Helper()
+	cfg := pool.Config().Copy()
+	cfg.ConnConfig.RuntimeParams["application_name"] = store.ConnTagged("ffreconcile-test", tag)
+	cfg.MinConns = 1
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	remaining := func() []string {
-		list, err := store.ListWorkerHeartbeats(ctx, db.Pool, testdb.RiverSchema)
+	if err := p.Ping(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestDepartedWorkers: a process is departed when it recorded a connection
+// tag and no connection carries it (disconnected), or when its heartbeat is
+// older than the stale age; never when the caller cannot see its own tag
+// in pg_stat_activity (a pooler that rewrites application_name would
+// otherwise make every process look dead), and never the caller itself. A
+// regression that judged untagged processes (an earlier version, or
+// --poll-only) by their connections would list "untagged" here, and each
+// beat would then take over a live process.
+func TestDepartedWorkers(t *testing.T) {
+	t.Parallel()
+
+	type testBundle struct {
+		db                   *testdb.DB
+		me, live, dead, lead string // tags
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		ctx := context.Background()
+		db := testdb.New(t)
+		tb := &testBundle{db: db, me: randomTag(t), live: randomTag(t), dead: randomTag(t), lead: randomTag(t)}
+		tagged(t, db.Pool, tb.live) // the live process's connection
+		_, err := db.Pool.Exec(ctx, `
+			INSERT INTO river.ffreconcile_worker (client_id, hostname, pid, started_at, heartbeat_at, conn_tag)
+			VALUES ('me', 'h', 1, now(), now(), $1),
+			       ('live', 'h', 2, now(), now(), $2),
+			       ('dead', 'h', 3, now(), now() - interval '2 seconds', $3),
+			       ('dead-leader', 'h', 4, now(), now() - interval '1 second', $4),
+			       ('untagged', 'h', 5, now(), now(), NULL),
+			       ('stale-untagged', 'h', 6, now() - interval '1 hour', now() - interval '11 minutes', NULL),
+			       ('stale-live', 'h', 7, now() - interval '1 hour', now() - interval '12 minutes', $2)`,
+			tb.me, tb.live, tb.dead, tb.lead)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ids []string
-		for _, w := range list {
-			ids = append(ids, w.ClientID)
+		if _, err := db.Pool.Exec(ctx, `INSERT INTO river.river_leader (leader_id, elected_at, expires_at)
+			VALUES ('dead-leader', now() - interval '3 seconds', now() + interval '1 hour')`); err != nil {
+			t.Fatal(err)
 		}
-		return ids
+		return tb
 	}
-	for _, step := range []struct {
-		want int64
-		left int
-	}{{2, 3}, {1, 2}, {0, 2}} {
-		n, err := store.DeleteStaleWorkerHeartbeats(ctx, db.Pool, testdb.RiverSchema, 10*time.Minute, 2)
-		if err != nil || n != step.want {
-			t.Fatalf("DeleteStaleWorkerHeartbeats = %d, %v; want %d", n, err, step.want)
+	departed := func(t *testing.T, db store.DB, selfTag string, limit int) []string {
+		t.Helper()
+		got, err := store.DepartedWorkers(context.Background(), db, testdb.RiverSchema, "me", selfTag, 10*time.Minute, limit)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if ids := remaining(); len(ids) != step.left {
-			t.Fatalf("after deleting %d: rows %v; want %d", n, ids, step.left)
+		var out []string
+		for _, w := range got {
+			s := w.ClientID
+			if w.Disconnected {
+				s += " disconnected"
+			}
+			if w.Stale {
+				s += " stale"
+			}
+			if !w.LeaderElectedAt.IsZero() {
+				s += " leader"
+			}
+			out = append(out, s)
 		}
+		return out
 	}
-	// The limit took the oldest first: c13 and c12 went in the first step.
-	if ids := remaining(); !(len(ids) == 2 && ((ids[0] == "c0" && ids[1] == "c1") || (ids[0] == "c1" && ids[1] == "c0"))) {
-		t.Fatalf("survivors %v; want c0 and c1", ids)
+
+	t.Run("DisconnectedAndStale", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		got := departed(t, tagged(t, tb.db.Pool, tb.me), tb.me, 100)
+		// Longest silent first.
+		want := []string{"stale-live stale", "stale-untagged stale", "dead disconnected", "dead-leader disconnected leader"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("departed = %q; want %q", got, want)
+		}
+		if got := departed(t, tagged(t, tb.db.Pool, tb.me), tb.me, 3); len(got) != 3 {
+			t.Fatalf("limit 3: %q", got)
+		}
+	})
+	t.Run("NotJudgedWithoutOwnTagInSight", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		want := []string{"stale-live stale", "stale-untagged stale"}
+		// The caller has no tag (--poll-only), or its connection does
+		// not show the one it claims (a pooler's connection).
+		if got := departed(t, tb.db.Pool, "", 100); !slices.Equal(got, want) {
+			t.Fatalf("without a tag: %q; want %q", got, want)
+		}
+		if got := departed(t, tb.db.Pool, tb.me, 100); !slices.Equal(got, want) {
+			t.Fatalf("with a tag its connection does not carry: %q; want %q", got, want)
+		}
+	})
+	t.Run("OrdinaryRoleSeesOthersConnections", func(t *testing.T) {
+		t.Parallel()
+		tb := setup(t)
+		role := tb.db.PoolAsNewRole(t)
+		var name string
+		if err := role.QueryRow(context.Background(), `SELECT current_user`).Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tb.db.Pool.Exec(context.Background(), `GRANT USAGE ON SCHEMA river TO `+pgx.Identifier{name}.Sanitize()+`;
+			GRANT SELECT ON river.ffreconcile_worker, river.river_leader TO `+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		// application_name of other roles' connections is visible to
+		// every role: the live process (a superuser's connection) is
+		// not taken for dead.
+		got := departed(t, tagged(t, role, tb.me), tb.me, 100)
+		want := []string{"stale-live stale", "stale-untagged stale", "dead disconnected", "dead-leader disconnected leader"}
+		if !slices.Equal(got, want) {
+			t.Fatalf("as an ordinary role: %q; want %q", got, want)
+		}
+	})
+}
+
+func randomTag(t *testing.T) string {
+	t.Helper()
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
 	}
+	return hex.EncodeToString(b[:])
 }
 
 func TestWorkerHeartbeatErrors(t *testing.T) {

@@ -55,3 +55,58 @@ func (s0 cpuSample) per(rows int) CPUCost {
 func (c CPUCost) String() string {
 	return fmt.Sprintf("%d µs (client %d µs)", c.Machine.Microseconds(), c.Self.Microseconds())
 }
+
+// procCPU returns the user+system CPU time and the command name of process
+// pid, from /proc.
+func procCPU(pid int) (time.Duration, string, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", false
+	}
+	// The command name is in parentheses and may contain spaces; the
+	// fields after it are counted from its closing one.
+	s := string(b)
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open || closing+2 > len(s) {
+		return 0, "", false
+	}
+	fields := strings.Fields(s[closing+2:])
+	if len(fields) < 13 {
+		return 0, "", false
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks, s[open+1 : closing], true
+}
+
+// postgresCPU is the CPU time of each Postgres process of the machine at
+// one moment.
+type postgresCPU map[int]time.Duration
+
+// samplePostgresCPU reads every process named postgres (the server, its
+// backends and background workers; the benchmark runs beside its server).
+func samplePostgresCPU() postgresCPU {
+	out := postgresCPU{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cpu, comm, ok := procCPU(pid); ok && comm == "postgres" {
+			out[pid] = cpu
+		}
+	}
+	return out
+}
+
+// since is the CPU Postgres spent from s0 to s: what each process spent
+// meanwhile (all of it for one started since). A process that exited in
+// between is missed, which the long-lived pools of a fleet keep small.
+func (s postgresCPU) since(s0 postgresCPU) time.Duration {
+	var d time.Duration
+	for pid, cpu := range s {
+		d += cpu - s0[pid]
+	}
+	return d
+}

@@ -3,9 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +13,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -69,7 +67,11 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		return res, err
 	}
 	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
-	stmts, cpu, xacts, err := e.measure(ctx, []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"}, func() int64 { return tr.n.Load() })
+	var apps []string
+	for _, pool := range []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"} {
+		apps = append(apps, store.ConnTagged(pool, f.ConnTag))
+	}
+	stmts, cpu, xacts, err := e.measure(ctx, apps, func() int64 { return tr.n.Load() })
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	_ = f.Stop(stopCtx)
 	cancel()
@@ -169,16 +171,10 @@ func (e *env) backendCPU(ctx context.Context, apps []string) (map[int]float64, e
 	}
 	out := map[int]float64{}
 	for _, pid := range pids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue // the server is not on this machine, or the backend exited
+		// A miss: the server is not on this machine, or the backend exited.
+		if cpu, _, ok := procCPU(int(pid)); ok {
+			out[int(pid)] = cpu.Seconds()
 		}
-		// Fields after the command name (which may contain spaces).
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		utime, _ := strconv.ParseFloat(fields[11], 64)
-		stime, _ := strconv.ParseFloat(fields[12], 64)
-		out[int(pid)] = (utime + stime) / clockTicks
 	}
 	return out, nil
 }

@@ -25,22 +25,18 @@ import (
 // Faults that would fall closer together (the pinned job can take a few
 // seconds to run) are spaced by faultGap.
 type chaosPlan struct {
-	feed          time.Duration
-	killFollower  time.Duration // SIGKILL a process that is not the leader
-	restartAfter  time.Duration // … and start it again this much later
-	terminate     time.Duration // pg_terminate_backend every fleet backend
-	killLeader    time.Duration // SIGKILL the leader; restarted once another ticks
-	waitForRescue bool          // wait for River's rescuer to retry what the kills left running
+	feed         time.Duration
+	killFollower time.Duration // SIGKILL a process that is not the leader
+	restartAfter time.Duration // … and start it again this much later
+	terminate    time.Duration // pg_terminate_backend every fleet backend
+	killLeader   time.Duration // SIGKILL the leader; restarted once another ticks
 }
 
 var (
-	// The short form strikes early: a job a kill leaves running holds its
-	// unique slot (a scan's slot covers its partition) until River's
-	// rescuer retries it, 25–60 s later, and the drain waits for that.
 	shortPlan = chaosPlan{feed: 20 * time.Second, killFollower: time.Second, restartAfter: 2 * time.Second,
 		terminate: 5 * time.Second, killLeader: 7 * time.Second}
 	longPlan = chaosPlan{feed: 90 * time.Second, killFollower: 10 * time.Second, restartAfter: 5 * time.Second,
-		terminate: 30 * time.Second, killLeader: 45 * time.Second, waitForRescue: true}
+		terminate: 30 * time.Second, killLeader: 45 * time.Second}
 )
 
 // terminateWindow is how long after the backend termination a /readyz 503
@@ -81,7 +77,9 @@ type pinnedJob struct {
 	// stayed running.
 	ActedByDeadProcess bool   `json:"acted_by_dead_process"`
 	FinalState         string `json:"final_state"`
-	Rescued            bool   `json:"rescued"`
+	// TakenOver: its error is the takeover's (internal/takeover), not River's
+	// rescuer's.
+	TakenOver bool `json:"taken_over"`
 }
 
 type readyzReport struct {
@@ -110,6 +108,7 @@ type chaosReport struct {
 	StrandedAtDrain    map[string]int         `json:"stranded_running_jobs_at_drain"`
 	StrandedAtEnd      int                    `json:"stranded_running_jobs_at_end"`
 	RescueWaitMs       int64                  `json:"rescue_wait_ms,omitempty"`
+	TakenOverBy        []string               `json:"taken_over_by"`
 	JobsWithErrors     map[string]int         `json:"jobs_with_errors"`
 	Pinned             *pinnedJob             `json:"pinned_job,omitempty"`
 	TotalSeconds       float64                `json:"total_seconds"`
@@ -127,28 +126,27 @@ type chaosReport struct {
 // attempt of a tick job created after it (kind ff.*.tick): River's periodic
 // jobs are inserted by the leader only, so that tick was inserted by the new
 // leader and its attempt proves ticking resumed. (The new river_leader row's
-// elected_at is reported beside it.) River only elects a new leader once the
-// dead one's term lapses (its TTL is the 5 s elect interval plus 10 s), so
-// expect up to about 20 s.
+// elected_at is reported beside it.) Left to River, a new leader is elected
+// only once the dead one's term lapses (15 s after its last re-election);
+// the survivors' takeover (internal/takeover) resigns it at their next
+// heartbeat once none of its connections is left, within about 5 s.
 //
-// Jobs left running by a killed process. River's rescuer (every 30 s, on
-// the leader) retries a job that has been running longer than
-// RescueStuckJobsAfter (25 s). Until then the job keeps its unique slot: a
-// row job its row's, a scan the whole partition's for its reconciler, so
-// rows there wait. The follower is killed while it runs a release job held
-// on a row lock the test takes, so that at least one job is left running
-// (the dead process's backend still finishes the statement once the lock
-// goes: the row is released while its job stays running, and its rescued
-// retry must change nothing).
+// Jobs left running by a killed process keep their unique slot (a row
+// job its row's, a scan the whole partition's for its reconciler) until
+// they are taken over: by a survivor's heartbeat once the dead process has
+// no connection left, or by the restarted process itself (it reuses its
+// client ID, so it finds its predecessor's row at registration). River's
+// rescuer would only retry them after RescueStuckJobsAfter (25 s), every
+// 30 s. The follower is killed while it runs a release job held on a row
+// lock the test takes, so that at least one job is left running (the dead
+// process's backend, and so its tagged connection, lives on until the lock
+// goes and it finishes the statement: the row is released while its job
+// stays running, and the retry after the takeover must change nothing).
 //
-// The long form (FF_CHAOS_LONG=1) waits for the rescuer and then requires
-// that no job is left running and that the pinned job was rescued. The
-// short form does not wait for the rescuer as such: it requires that every
-// job still running belongs to a killed incarnation (attempted by it before
-// it died) and that every row was acted on exactly once. But the drain waits
-// until nothing is due, so when a stranded job holds a due row or a
-// partition's scan slot (it did in most runs), the short form waits for the
-// rescue too, about 45 s after the leader's kill: it then takes 60–70 s.
+// Both forms require that every killed incarnation was taken over (a
+// process logged it), that no job is left running by one once the fleet
+// has drained, that the pinned job was taken over (not rescued by River)
+// and completed, and that every row was acted on exactly once.
 func TestFleetChaos(t *testing.T) {
 	plan, form := shortPlan, "short"
 	if os.Getenv("FF_CHAOS_LONG") != "" {
@@ -404,9 +402,11 @@ func TestFleetChaos(t *testing.T) {
 			rep.StrandedAtDrain[j.kind]++
 		}
 	}
-	if plan.waitForRescue {
-		// River's rescuer runs every 30 s on the leader and retries jobs
-		// running for longer than 25 s.
+	{
+		// Taken over at a heartbeat (5 s) once the dead process's
+		// connections are gone; the bound also leaves room for River's
+		// rescuer (25 s + up to 30 s), which the pinned job's check below
+		// tells apart.
 		rescueStart := time.Now()
 		deadline := lastKill.Add(100 * time.Second)
 		for {
@@ -440,8 +440,8 @@ func TestFleetChaos(t *testing.T) {
 			time.Sleep(2 * time.Second)
 		}
 	}
-	// No job is stuck in running: what is still running either belongs to
-	// a killed incarnation (short form) or is a live tick or scan.
+	// No job is stuck in running: what is still running is a live tick or
+	// scan.
 	for _, j := range jobs {
 		switch {
 		case stranded(j):
@@ -450,8 +450,22 @@ func TestFleetChaos(t *testing.T) {
 			t.Errorf("job %d (%s) running since %s on %v, a live process", j.id, j.kind, j.attemptedAt.Format(time.RFC3339), j.attemptedBy)
 		}
 	}
-	if plan.waitForRescue && rep.StrandedAtEnd > 0 {
-		t.Errorf("%d jobs still running for killed processes after the rescue", rep.StrandedAtEnd)
+	if rep.StrandedAtEnd > 0 {
+		t.Errorf("%d jobs still running for killed processes after the takeover", rep.StrandedAtEnd)
+	}
+	for _, k := range kills {
+		var by []string
+		for _, p := range procs {
+			for _, line := range p.logGrep("took over from a worker process") {
+				if strings.Contains(line, `"client_id":"`+k.clientID+`"`) {
+					by = append(by, p.clientID)
+				}
+			}
+		}
+		if len(by) == 0 {
+			t.Errorf("no process logged taking over from %s, SIGKILLed at %s", k.clientID, k.at.Format(time.RFC3339Nano))
+		}
+		rep.TakenOverBy = append(rep.TakenOverBy, k.clientID+" by "+strings.Join(by, ", "))
 	}
 
 	// Row jobs end completed: none failed for good, none waits to retry.
@@ -539,15 +553,15 @@ func TestFleetChaos(t *testing.T) {
 		}
 	}
 	if pj := rep.Pinned; pj != nil {
-		err := pool.QueryRow(ctx, `SELECT state::text, COALESCE(errors::text LIKE '%rescued by JobRescuer%', false) FROM river.river_job WHERE id = $1`,
-			pj.JobID).Scan(&pj.FinalState, &pj.Rescued)
+		err := pool.QueryRow(ctx, `SELECT state::text, COALESCE(errors::text LIKE '%job taken over%', false) FROM river.river_job WHERE id = $1`,
+			pj.JobID).Scan(&pj.FinalState, &pj.TakenOver)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Its row was acted on exactly once either way (checked above
 		// with every lease).
-		if plan.waitForRescue && (!pj.Rescued || pj.FinalState != "completed") {
-			t.Errorf("pinned job %d: %s, rescued %v; want rescued and completed", pj.JobID, pj.FinalState, pj.Rescued)
+		if !pj.TakenOver || pj.FinalState != "completed" {
+			t.Errorf("pinned job %d: %s, taken over %v; want taken over and completed", pj.JobID, pj.FinalState, pj.TakenOver)
 		}
 	} else {
 		t.Logf("the pinned release job ran on the leader each time; no job was left running on purpose")
@@ -575,10 +589,10 @@ func TestFleetChaos(t *testing.T) {
 	t.Logf("faults: %s", faultSummary(rep.Faults))
 	t.Logf("lost %d, duplicates %d, half-applied %d; failover %d ms (new leader %s, elected %d ms after the kill); "+
 		"/readyz %d polls, %d failures (%d during backend termination, %d outside); drain %d ms; "+
-		"jobs left running by killed processes: %v at drain, %d at end (rescue wait %d ms); jobs with errors %v; pinned job %+v; total %.1f s",
+		"jobs left running by killed processes: %v at drain, %d at end (wait %d ms); taken over: %s; jobs with errors %v; pinned job %+v; total %.1f s",
 		rep.RowsLost, rep.Duplicates, rep.HalfApplied, rep.FailoverMs, rep.NewLeader, rep.NewLeaderElectedMs,
 		rep.Readyz.Polls, rep.Readyz.Failures, rep.Readyz.DuringBackendTermination, rep.Readyz.Outside, rep.DrainMs,
-		rep.StrandedAtDrain, rep.StrandedAtEnd, rep.RescueWaitMs, rep.JobsWithErrors, rep.Pinned, rep.TotalSeconds)
+		rep.StrandedAtDrain, rep.StrandedAtEnd, rep.RescueWaitMs, strings.Join(rep.TakenOverBy, "; "), rep.JobsWithErrors, rep.Pinned, rep.TotalSeconds)
 	if path := os.Getenv("FF_CHAOS_REPORT"); path != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {

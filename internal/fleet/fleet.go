@@ -7,6 +7,8 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +29,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fetchwake"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/metrics"
+	"github.com/flowfabric/ffreconcile/internal/takeover"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
@@ -162,6 +165,13 @@ type Config struct {
 	// DisableJobLogs turns off the per-job logs River UI shows (riverlog):
 	// each row job then stores nothing in its metadata.
 	DisableJobLogs bool
+	// DisableTakeover: this process does not take over from a process of
+	// the fleet that died without a clean stop (none of its connections
+	// left; see internal/takeover); its leadership and running jobs are
+	// then left to River's leadership TTL and rescuer. With PollOnly the
+	// process's connections carry no tag, so others never judge it by
+	// them, and it judges no one.
+	DisableTakeover bool
 
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -188,6 +198,13 @@ type Fleet struct {
 	Client    *river.Client[pgx.Tx]
 	Workers   *workers.Set
 	Metrics   *metrics.Metrics
+	// ConnTag is the tag every connection of the process carries at the
+	// end of its application_name (store.ConnTagged), recorded with its
+	// heartbeat; empty with PollOnly.
+	ConnTag string
+	// Taker takes over from dead processes of the fleet; nil with
+	// DisableTakeover.
+	Taker *takeover.Taker
 	// Waker wakes the row queue's producers when row jobs enqueued ahead
 	// fall due; nil with PollOnly (no notification reaches River then).
 	Waker *fetchwake.Waker
@@ -362,6 +379,15 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Behind a transaction-mode pooler (PollOnly) a server connection
+	// serves any client and need not show this one's application_name:
+	// no tag, so nobody judges this process by its connections.
+	var tag string
+	if !cfg.PollOnly {
+		if tag, err = newConnTag(); err != nil {
+			return nil, err
+		}
+	}
 
 	// River's pool serves the producers' fetches, the batch completer,
 	// leader election and the notifier's LISTEN connection.
@@ -369,7 +395,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	if tracer == nil && cfg.Tracing {
 		tracer = tracing.QueryTracer()
 	}
-	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: "ffreconcile-river", Tracer: tracer,
+	riverPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{MaxConns: 10, AppName: store.ConnTagged("ffreconcile-river", tag), Tracer: tracer,
 		RuntimeParams: map[string]string{
 			"synchronous_commit": cfg.RiverSynchronousCommit,
 			// A generic plan of River's fetch, cached while river_job was
@@ -386,7 +412,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	// The work pool bounds concurrent row actions and scans (WorkConns);
 	// row workers beyond it wait for a connection.
 	workPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
-		MaxConns: int32(cfg.WorkConns), AppName: "ffreconcile-work", Tracer: tracer,
+		MaxConns: int32(cfg.WorkConns), AppName: store.ConnTagged("ffreconcile-work", tag), Tracer: tracer,
 		RuntimeParams: map[string]string{
 			// pgx prepares every statement, and after five runs Postgres
 			// may switch it to a generic plan. On Postgres 15 a generic plan
@@ -414,7 +440,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	}
 	// Ticks run one at a time on the leader: two connections suffice.
 	tickPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
-		MaxConns: 2, AppName: "ffreconcile-tick", Tracer: tracer,
+		MaxConns: 2, AppName: store.ConnTagged("ffreconcile-tick", tag), Tracer: tracer,
 		RuntimeParams: map[string]string{
 			"plan_cache_mode": "force_generic_plan",
 			// A generic plan over 256 partitions (and a join to 256 more)
@@ -432,7 +458,7 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		workPool.Close()
 		return nil, err
 	}
-	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool, TickPool: tickPool}
+	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool, TickPool: tickPool, ConnTag: tag}
 	if err := f.build(ctx, periodicJobs); err != nil {
 		f.Close()
 		return nil, err
@@ -551,7 +577,44 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		return fmt.Errorf("river client: %w", err)
 	}
 	f.Client = client
+	if !cfg.DisableTakeover {
+		taker, err := takeover.New(takeover.Config{Client: client, DB: f.RiverPool, Wake: wake, Logger: cfg.Logger})
+		if err != nil {
+			return err
+		}
+		f.Taker = taker
+		f.Metrics.Registry().MustRegister(takeoverMetrics(taker)...)
+	}
 	return nil
+}
+
+// newConnTag returns a random tag for the connections of one process: 16
+// hex digits, so that "ffreconcile-river <tag>" stays within Postgres's 63
+// bytes of application_name.
+func newConnTag() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("connection tag: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// takeoverMetrics exports what taker did.
+func takeoverMetrics(taker *takeover.Taker) []prometheus.Collector {
+	counter := func(name, help string, labels prometheus.Labels, v func(takeover.Counts) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ffreconcile", Name: name, Help: help, ConstLabels: labels},
+			func() float64 { return float64(v(taker.Counts())) })
+	}
+	const jobsHelp = "Running jobs of worker processes gone without a clean stop that this process rescued, by outcome."
+	return []prometheus.Collector{
+		counter("takeover_processes_total", "Worker processes gone without a clean stop (no connection left) this process took over from.",
+			nil, func(c takeover.Counts) int64 { return c.Processes }),
+		counter("takeover_leaderships_total", "River leaderships of dead worker processes this process resigned on their behalf.",
+			nil, func(c takeover.Counts) int64 { return c.Leaderships }),
+		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "retried"}, func(c takeover.Counts) int64 { return c.Retried }),
+		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "discarded"}, func(c takeover.Counts) int64 { return c.Discarded }),
+		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "cancelled"}, func(c takeover.Counts) int64 { return c.Cancelled }),
+	}
 }
 
 // checkRiverSchema fails clearly when River's tables are not migrated in
@@ -612,7 +675,17 @@ func lookaheads(intervals map[string]time.Duration, margin time.Duration) map[st
 func (f *Fleet) Start(ctx context.Context) error {
 	if f.stopBeat == nil {
 		cfg := f.Config
-		proc, err := heartbeat.Register(ctx, f.RiverPool, cfg.RiverSchema, f.Client.ID(), cfg.shapeJSON(), cfg.acceptLive, cfg.Logger)
+		hb := heartbeat.Config{
+			Schema: cfg.RiverSchema, ClientID: f.Client.ID(), ConnTag: f.ConnTag,
+			Shape: cfg.shapeJSON(), Accept: cfg.acceptLive, Logger: cfg.Logger,
+		}
+		if f.Taker != nil {
+			hb.TakeOver = func(ctx context.Context, w store.DepartedWorker) (bool, error) {
+				res, err := f.Taker.TakeOver(ctx, w)
+				return res.More, err
+			}
+		}
+		proc, err := heartbeat.Register(ctx, f.RiverPool, hb)
 		if err != nil {
 			return err
 		}

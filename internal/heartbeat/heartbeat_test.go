@@ -21,7 +21,7 @@ import (
 // register registers clientID on db's schema river, failing t on an error.
 func register(t *testing.T, db *testdb.DB, clientID string, logger *slog.Logger) *heartbeat.Process {
 	t.Helper()
-	p, err := heartbeat.Register(context.Background(), db.Pool, testdb.RiverSchema, clientID, nil, nil, logger)
+	p, err := heartbeat.Register(context.Background(), db.Pool, heartbeat.Config{Schema: testdb.RiverSchema, ClientID: clientID, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +89,11 @@ func TestRegisterRejectsBadArguments(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
-		"Schema":   func() error { _, err := heartbeat.Register(ctx, nil, "a;b", "c", nil, nil, nil); return err },
-		"ClientID": func() error { _, err := heartbeat.Register(ctx, nil, "river", "", nil, nil, nil); return err },
+		"Schema": func() error {
+			_, err := heartbeat.Register(ctx, nil, heartbeat.Config{Schema: "a;b", ClientID: "c"})
+			return err
+		},
+		"ClientID": func() error { _, err := heartbeat.Register(ctx, nil, heartbeat.Config{Schema: "river"}); return err },
 	} {
 		if err := call(); err == nil {
 			t.Errorf("%s: Register returned nil; want an error", name)
