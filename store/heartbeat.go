@@ -205,6 +205,11 @@ type DepartedWorker struct {
 	// LeaderElectedAt is the elected_at of the River leadership River's
 	// river_leader gives the process, zero when it is not the leader.
 	LeaderElectedAt time.Time
+	// SeenAt is when the row was found so, by the database's clock. A
+	// disconnected process started nothing after it: a job running under
+	// its client ID since then is a successor's (the same fixed ID,
+	// restarted meanwhile).
+	SeenAt time.Time
 }
 
 // DepartedWorkers returns up to limit rows of schema's heartbeat table, other
@@ -246,7 +251,8 @@ func queryDeparted(ctx context.Context, db DB, schema, where string, args ...any
 		    SELECT $2 <> '' AND EXISTS (
 		        SELECT 1 FROM apps WHERE pid = pg_backend_pid() AND right(application_name, length($2) + 1) = ' ' || $2) AS ok
 		)
-		SELECT w.client_id, w.started_at, d.disconnected, w.heartbeat_at < now() - $3::bigint * interval '1 millisecond', l.elected_at
+		SELECT w.client_id, w.started_at, d.disconnected, w.heartbeat_at < now() - $3::bigint * interval '1 millisecond', l.elected_at,
+		       statement_timestamp()
 		  FROM `+table+` w
 		 CROSS JOIN judge
 		 CROSS JOIN LATERAL (
@@ -260,7 +266,7 @@ func queryDeparted(ctx context.Context, db DB, schema, where string, args ...any
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DepartedWorker, error) {
 		var d DepartedWorker
 		var elected *time.Time
-		err := r.Scan(&d.ClientID, &d.StartedAt, &d.Disconnected, &d.Stale, &elected)
+		err := r.Scan(&d.ClientID, &d.StartedAt, &d.Disconnected, &d.Stale, &elected, &d.SeenAt)
 		if elected != nil {
 			d.LeaderElectedAt = *elected
 		}

@@ -120,15 +120,15 @@ func Notify(ctx context.Context, db DB, channel, payload string) error {
 // RunningJobsOf returns the ids of up to limit jobs that River's river_job
 // shows running in an attempt by clientID (the last entry of attempted_by:
 // an earlier attempt by it that another process has since taken over does
-// not count), lowest id first.
+// not count) that started before before, lowest id first.
 // Index: river_job (state, queue, priority, scheduled_at, id), River's fetch
 // index, whose leading column is the state: the cost is O(running jobs of the
 // whole fleet), bounded by the row workers of its processes.
-func RunningJobsOf(ctx context.Context, db DB, riverSchema, clientID string, limit int) ([]int64, error) {
+func RunningJobsOf(ctx context.Context, db DB, riverSchema, clientID string, before time.Time, limit int) ([]int64, error) {
 	rows, err := db.Query(ctx, `
 		SELECT id FROM `+pgx.Identifier{riverSchema, "river_job"}.Sanitize()+`
-		 WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1
-		 ORDER BY id LIMIT $2`, clientID, limit)
+		 WHERE state = 'running' AND attempted_by[cardinality(attempted_by)] = $1 AND attempted_at < $3
+		 ORDER BY id LIMIT $2`, clientID, limit, before)
 	if err != nil {
 		return nil, fmt.Errorf("running jobs of %s: %w", clientID, err)
 	}

@@ -456,7 +456,7 @@ func TestFleetChaos(t *testing.T) {
 	for _, k := range kills {
 		var by []string
 		for _, p := range procs {
-			for _, line := range p.logGrep("took over from a worker process") {
+			for _, line := range p.logGrep("worker process gone without a clean stop") {
 				if strings.Contains(line, `"client_id":"`+k.clientID+`"`) {
 					by = append(by, p.clientID)
 				}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime/debug"
 	"time"
@@ -149,16 +150,20 @@ func newBeater(db store.DB, cfg Config) *beater {
 	}
 }
 
-// loop beats every `every` until ctx ends, then deletes the row.
+// loop beats every `every` until ctx ends, then deletes the row. The first
+// beat comes after a random part of the interval: processes started
+// together then beat apart, and one that dies is found at the next beat of
+// any survivor, on average every/(survivors+1) later rather than every/2.
 func (b *beater) loop(ctx context.Context, every time.Duration) {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
+	wait := time.NewTimer(rand.N(every) + 1)
+	defer wait.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			b.stop()
 			return
-		case <-ticker.C:
+		case <-wait.C:
+			wait.Reset(every)
 			b.beat(ctx)
 		}
 	}

@@ -122,10 +122,11 @@ func (t *Taker) Counts() Counts {
 }
 
 // TakeOver ends the leadership of the departed process w, if it holds one,
-// and rescues its running jobs. Running it twice, or from two processes at
-// once, does each thing once: the resignation deletes only the term w was
-// elected in, and a rescue only updates jobs still running in an attempt
-// that started no later than the latest one read.
+// and rescues its running jobs (those of its client ID started before
+// w.SeenAt). Running it twice, or from two processes at once, does each
+// thing once: the resignation deletes only the term w was elected in, and a
+// rescue only updates jobs still running in an attempt that started no
+// later than the latest one read.
 func (t *Taker) TakeOver(ctx context.Context, w store.DepartedWorker) (Result, error) {
 	var res Result
 	schema := t.cfg.Client.Schema()
@@ -139,13 +140,19 @@ func (t *Taker) TakeOver(ctx context.Context, w store.DepartedWorker) (Result, e
 		}
 		res.Resigned = resigned
 	}
-	ids, err := store.RunningJobsOf(ctx, t.cfg.DB, schema, w.ClientID, maxJobs)
+	// Only attempts started before the process was found dead: one
+	// started since is a successor's, restarted under the same client ID.
+	seen := w.SeenAt
+	if seen.IsZero() {
+		seen = time.Now()
+	}
+	ids, err := store.RunningJobsOf(ctx, t.cfg.DB, schema, w.ClientID, seen, maxJobs)
 	if err != nil {
 		return res, err
 	}
 	res.More = len(ids) == maxJobs
 	if len(ids) > 0 {
-		if err := t.rescue(ctx, exec, schema, w.ClientID, ids, &res); err != nil {
+		if err := t.rescue(ctx, exec, schema, w.ClientID, seen, ids, &res); err != nil {
 			return res, err
 		}
 	}
@@ -156,6 +163,12 @@ func (t *Taker) TakeOver(ctx context.Context, w store.DepartedWorker) (Result, e
 	t.retried.Add(int64(res.Retried))
 	t.discarded.Add(int64(res.Discarded))
 	t.cancelledJob.Add(int64(res.Cancelled))
+	if !res.Resigned && res.Retried+res.Discarded+res.Cancelled == 0 {
+		// Another process took over first, or it held nothing.
+		t.cfg.Logger.Info("worker process gone without a clean stop (no connection of it left); nothing left to take over",
+			"client_id", w.ClientID, "started_at", w.StartedAt)
+		return res, nil
+	}
 	t.cfg.Logger.Warn("took over from a worker process gone without a clean stop (no connection of it left)",
 		"client_id", w.ClientID, "started_at", w.StartedAt, "leadership_resigned", res.Resigned,
 		"jobs_retried", res.Retried, "jobs_discarded", res.Discarded, "jobs_cancelled", res.Cancelled)
@@ -164,7 +177,7 @@ func (t *Taker) TakeOver(ctx context.Context, w store.DepartedWorker) (Result, e
 
 // rescue decides, for each job, what River's rescuer would, and applies it
 // with River's rescue statement.
-func (t *Taker) rescue(ctx context.Context, exec riverdriver.Executor, schema, clientID string, ids []int64, res *Result) error {
+func (t *Taker) rescue(ctx context.Context, exec riverdriver.Executor, schema, clientID string, seen time.Time, ids []int64, res *Result) error {
 	list, err := t.cfg.Client.JobList(ctx, river.NewJobListParams().IDs(ids...).States(rivertype.JobStateRunning).First(len(ids)))
 	if err != nil {
 		return fmt.Errorf("read the running jobs of %s: %w", clientID, err)
@@ -175,7 +188,8 @@ func (t *Taker) rescue(ctx context.Context, exec riverdriver.Executor, schema, c
 	for _, job := range list.Jobs {
 		// JobList read the jobs after RunningJobsOf: skip one another
 		// process has taken since (its attempt is not clientID's).
-		if job.AttemptedAt == nil || len(job.AttemptedBy) == 0 || job.AttemptedBy[len(job.AttemptedBy)-1] != clientID {
+		if job.AttemptedAt == nil || !job.AttemptedAt.Before(seen) || len(job.AttemptedBy) == 0 ||
+			job.AttemptedBy[len(job.AttemptedBy)-1] != clientID {
 			continue
 		}
 		if job.AttemptedAt.After(horizon) {

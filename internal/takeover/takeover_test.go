@@ -46,7 +46,9 @@ func runningJob(t *testing.T, db *testdb.DB, attempt int, attemptedBy []string, 
 // would make it (retried after the retry policy's delay, discarded when
 // its attempts are spent, cancelled when a cancel was requested), with an
 // error saying why; jobs whose current attempt is another process's are
-// left alone, and a second TakeOver changes nothing. A regression shows as
+// left alone, as are those started after the process was found dead (a
+// successor's under the same client ID), and a second TakeOver changes
+// nothing. A regression shows as
 // a live process's job rescued (it would run twice at once), a leadership
 // left in place (ticks stop until River's TTL), or a job lost.
 func TestTakeOver(t *testing.T) {
@@ -74,6 +76,13 @@ func TestTakeOver(t *testing.T) {
 	cancel := runningJob(t, db, 2, []string{"a", "dead"}, `{"cancel_attempted_at": "2026-01-01T00:00:00Z"}`)
 	others := runningJob(t, db, 1, []string{"live"}, `{}`)
 	takenBefore := runningJob(t, db, 2, []string{"dead", "live"}, `{}`)
+	// Started after the process was found dead: a successor's, restarted
+	// under the same client ID.
+	successor := runningJob(t, db, 1, []string{"dead"}, `{}`)
+	if _, err := db.Pool.Exec(ctx, `UPDATE river.river_job SET attempted_at = now() WHERE id = $1`, successor); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Now().Add(-time.Second)
 
 	listen, err := pgx.Connect(ctx, db.URL)
 	if err != nil {
@@ -85,7 +94,7 @@ func TestTakeOver(t *testing.T) {
 	}
 
 	before := time.Now()
-	res, err := taker.TakeOver(ctx, store.DepartedWorker{ClientID: "dead", Disconnected: true, LeaderElectedAt: elected})
+	res, err := taker.TakeOver(ctx, store.DepartedWorker{ClientID: "dead", Disconnected: true, LeaderElectedAt: elected, SeenAt: seen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +143,7 @@ func TestTakeOver(t *testing.T) {
 	if j := job(cancel); j.State != rivertype.JobStateCancelled || j.FinalizedAt == nil {
 		t.Fatalf("job with a cancel requested: %s; want cancelled", j.State)
 	}
-	for _, id := range []int64{others, takenBefore} {
+	for _, id := range []int64{others, takenBefore, successor} {
 		if j := job(id); j.State != rivertype.JobStateRunning || len(j.Errors) != 0 {
 			t.Fatalf("job %d, running in another process's attempt: %s with %d errors; want untouched", id, j.State, len(j.Errors))
 		}
@@ -142,7 +151,7 @@ func TestTakeOver(t *testing.T) {
 
 	// Again, as a second process finding the same dead one would: nothing
 	// more to do.
-	res, err = taker.TakeOver(ctx, store.DepartedWorker{ClientID: "dead", Disconnected: true, LeaderElectedAt: elected})
+	res, err = taker.TakeOver(ctx, store.DepartedWorker{ClientID: "dead", Disconnected: true, LeaderElectedAt: elected, SeenAt: seen})
 	if err != nil || res.Resigned || res.Retried+res.Discarded+res.Cancelled != 0 {
 		t.Fatalf("second TakeOver = %+v, %v; want nothing done", res, err)
 	}
