@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -32,7 +31,8 @@ func OutboxTrimmedThrough(ctx context.Context, db DB, outbox string) (int64, err
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return 0, nil
 	}
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	// The scalar subquery makes one row either way: no ErrNoRows.
+	if err != nil {
 		return 0, fmt.Errorf("read how far %s was trimmed: %w", outbox, err)
 	}
 	return through, nil

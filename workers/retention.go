@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -125,8 +124,7 @@ func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrim
 }
 
 // continueLater completes job and enqueues the partition's next trim in one
-// transaction: completing first frees the unique key the continuation
-// takes.
+// transaction (continueInTx).
 func (w *trimWorker) continueLater(ctx context.Context, job *river.Job[jobs.RetentionTrimArgs]) error {
 	p := job.Args.Partition
 	tx, err := w.d.cfg.Pool.Begin(ctx)
@@ -134,12 +132,9 @@ func (w *trimWorker) continueLater(ctx context.Context, job *river.Job[jobs.Rete
 		return fmt.Errorf("retention trim of partition %d: begin: %w", p, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-		return fmt.Errorf("retention trim of partition %d: complete before continuing: %w", p, err)
-	}
-	client := river.ClientFromContext[pgx.Tx](ctx)
-	if _, err := client.InsertTx(ctx, tx, jobs.RetentionTrimArgs{ScanArgs: jobs.ScanArgs{Partition: p, Follows: job.Args.Follows}}, nil); err != nil {
-		return fmt.Errorf("retention trim of partition %d: enqueue continuation: %w", p, err)
+	next := jobs.RetentionTrimArgs{ScanArgs: jobs.ScanArgs{Partition: p, Follows: job.Args.Follows}}
+	if err := continueInTx(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), job, next); err != nil {
+		return fmt.Errorf("retention trim of partition %d: %w", p, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("retention trim of partition %d: commit: %w", p, err)

@@ -148,16 +148,12 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 
 	continued := false
 	if len(rows) >= limit && inserted > 0 {
-		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-			c.Errors.Add(1)
-			return fmt.Errorf("%s scan of partition %d: complete before continuing: %w", r.Name, partition, err)
-		}
 		last := rows[len(rows)-1]
 		next := jobs.ScanArgs{Partition: partition, Follows: args.Follows,
 			After: &jobs.ScanCursor{AtMs: last.AtMs, ID: last.ID, ID2: last.ID2, N: last.N}}
-		if _, err := client.InsertTx(ctx, tx, r.newScan(next), nil); err != nil {
+		if err := continueInTx(ctx, tx, client, job, r.newScan(next)); err != nil {
 			c.Errors.Add(1)
-			return fmt.Errorf("%s scan of partition %d: enqueue continuation: %w", r.Name, partition, err)
+			return fmt.Errorf("%s scan of partition %d: %w", r.Name, partition, err)
 		}
 		continued = true
 	}
@@ -187,5 +183,18 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	}
 	d.log().Debug("partition scanned", "reconciler", r.Name, "partition", partition,
 		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted+knownQueued, "continued", continued)
+	return nil
+}
+
+// continueInTx completes job and enqueues next, its continuation, in tx:
+// completing first frees the unique key the continuation takes, and one
+// transaction means a crash loses both or neither.
+func continueInTx[T river.JobArgs](ctx context.Context, tx pgx.Tx, client *river.Client[pgx.Tx], job *river.Job[T], next river.JobArgs) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete before continuing: %w", err)
+	}
+	if _, err := client.InsertTx(ctx, tx, next, nil); err != nil {
+		return fmt.Errorf("enqueue continuation: %w", err)
+	}
 	return nil
 }
