@@ -75,9 +75,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-## soak: 30 minutes of the demo's mixed stream into one fleet process, reported per 5-minute window in docs/soak.md.
+## soak: 30 minutes of the demo's mixed stream into one fleet process, reported per 5-minute window in the Soak section of docs/benchmarks.md.
 soak: build
-	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) bench --soak 30m --out docs/soak.md $(BENCH_FLAGS)
+	@url=$(DB_URL) && DATABASE_URL="$$url" ./$(BIN) bench --soak 30m --out docs/benchmarks.md $(BENCH_FLAGS)
 
 ## bench: benchmark against the seed's design on a throwaway database and write docs/benchmarks.md.
 bench: build

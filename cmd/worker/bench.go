@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -25,7 +27,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
 	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	f.Bool(&quick, "quick", "FF_BENCH_QUICK", false, "small sizes for a smoke run (sizes below are then ignored)")
-	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, idle, scale, retention (repeatable)")
+	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, failover, idle, scale, retention (repeatable)")
 	f.Strings(&reconcilers, "reconciler", "FF_BENCH_RECONCILERS", "limit throughput and lateness to these reconcilers (repeatable)")
 	f.Int(&cfg.Due, "due", "FF_BENCH_DUE", cfg.Due, "due rows per throughput run")
 	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
@@ -49,7 +51,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		soakRate         int
 	)
 	f.Duration(&soak, "soak", "FF_BENCH_SOAK", 0, "instead of the sections: soak for this long (e.g. 30m), the demo's mixed stream into one fleet process, reported per --soak-window")
-	f.Int(&soakRate, "soak-rate", "FF_BENCH_SOAK_RATE", 1000, "soak: demo items fed per second")
+	f.Int(&soakRate, "soak-rate", "FF_BENCH_SOAK_RATE", bench.DefaultSoakRate, "soak: demo items fed per second (default about half the mixed stream's maximum on 2 cores)")
 	f.Duration(&soakWindow, "soak-window", "FF_BENCH_SOAK_WINDOW", 5*time.Minute, "soak: length of each reported window")
 	var commits []string
 	f.Strings(&commits, "commit", "FF_BENCH_COMMIT", "synchronous_commit settings the throughput runs compare: on, off (repeatable; default both)")
@@ -64,10 +66,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	}
 	for _, part := range sections {
 		switch part {
-		case "throughput", "lateness", "idle", "scale", "retention":
+		case "throughput", "lateness", "failover", "idle", "scale", "retention":
 			cfg.Sections = append(cfg.Sections, part)
 		default:
-			return badUsage("unknown section %q (want throughput, lateness, idle, scale or retention)", part)
+			return badUsage("unknown section %q (want throughput, lateness, failover, idle, scale or retention)", part)
 		}
 	}
 	if len(commits) > 0 {
@@ -103,6 +105,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	}
 	cfg.AdminURL = dsn
 	cfg.Logger = logger
+	// The failover section runs this very binary as its fleet's processes.
+	if exe, err := os.Executable(); err == nil {
+		cfg.WorkerBinary = exe
+	}
 	cfg.Out = stdout
 	if soak != 0 {
 		if soak < 0 || soakWindow <= 0 || soakWindow > soak || soakRate < 1 || soakRate > 10_000 {
@@ -117,12 +123,32 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		fmt.Fprintln(stdout)
 		fmt.Fprint(stdout, md)
 		if out != "" {
-			if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			// The soak is a section of the benchmark report: it replaces
+			// the file's previous soak section and keeps the rest.
+			old, err := os.ReadFile(out)
+			if err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("read %s: %w", out, err)
+			}
+			if err := os.WriteFile(out, []byte(bench.SpliceSoak(string(old), md)), 0o644); err != nil {
 				return fmt.Errorf("write %s: %w", out, err)
 			}
-			fmt.Fprintf(stdout, "\nwrote %s\n", out)
+			fmt.Fprintf(stdout, "\nwrote the soak section of %s\n", out)
 		}
 		return nil
+	}
+	// A new report keeps the soak section of the one it replaces (the soak
+	// runs on its own, `make soak`).
+	var keepSoak string
+	if out != "" {
+		if old, err := os.ReadFile(out); err == nil {
+			keepSoak = bench.SoakSection(string(old))
+		}
+	}
+	withSoak := func(md string) string {
+		if keepSoak == "" {
+			return md
+		}
+		return bench.SpliceSoak(md, keepSoak)
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if rep != nil {
@@ -132,7 +158,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		// What was measured before the failure is kept, marked incomplete:
 		// a late section failing must not lose half an hour of numbers.
 		if rep != nil && out != "" {
-			md := rep.Markdown() + "\n**Incomplete run**: " + dbconn.Scrub(err, dsn).Error() + "\n"
+			md := withSoak(rep.Markdown() + "\n**Incomplete run**: " + dbconn.Scrub(err, dsn).Error() + "\n")
 			if werr := os.WriteFile(out, []byte(md), 0o644); werr == nil {
 				fmt.Fprintf(stdout, "\nwrote the sections measured before the failure to %s\n", out)
 			}
@@ -143,7 +169,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	fmt.Fprintln(stdout)
 	fmt.Fprint(stdout, md)
 	if out != "" {
-		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		if err := os.WriteFile(out, []byte(withSoak(md)), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", out, err)
 		}
 		fmt.Fprintf(stdout, "\nwrote %s\n", out)

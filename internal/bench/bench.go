@@ -71,8 +71,12 @@ type Config struct {
 	// lateness run to <prefix>-lateness-<reconciler>.pprof.
 	CPUProfile string
 
-	// Sections limits the run to some of: throughput, lateness, idle,
-	// scale, retention.
+	// WorkerBinary is the `worker` executable the failover section starts
+	// its fleet of real processes with (cmd/worker passes its own).
+	WorkerBinary string
+
+	// Sections limits the run to some of: throughput, lateness, failover,
+	// idle, scale, retention.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -227,6 +231,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 				rep.Lateness = append(rep.Lateness, res)
 			}
+		}
+	}
+	if cfg.wants("failover") {
+		res, err := e.failover(ctx)
+		rep.Failover = res
+		if err != nil {
+			return rep, err
 		}
 	}
 	if cfg.wants("idle") {

@@ -18,9 +18,17 @@ type Report struct {
 	// ours are, by synchronous_commit (riverCeiling).
 	RiverCeiling map[string]float64
 	Lateness     []LatenessResult
+	Failover     []FailoverResult
 	Idle         IdleResult
 	Scale        ScaleResult
 	Retention    RetentionResult
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 func verdict(ok bool) string {
@@ -38,7 +46,7 @@ func (r *Report) Markdown() string {
 	p("")
 	p("Produced by `%s` on %s (%s, %s).", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"),
 		r.Machine, r.Finished.Sub(r.Started).Round(time.Second))
-	p("The soak, 30 minutes of a mixed stream (`make soak`), is recorded in [soak.md](soak.md).")
+	p("The soak, 30 minutes of a mixed stream (`make soak`), is recorded in its own section, [Soak](#soak), at the end.")
 	p("Every comparison is a ratio of rates measured in the same run on the same data; absolute numbers on a shared")
 	p("2-core machine drift by ±25 %%. Postgres runs on the same machine as the worker.")
 	if len(r.Throughput) > 0 {
@@ -137,6 +145,36 @@ func (r *Report) Markdown() string {
 			for _, st := range l.Stages {
 				p("| %s | %s | %s | %s | %d | %s | %s |", l.Name, l.Lead, st.Kind, st.Step, st.Jobs, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond))
 			}
+		}
+	}
+	if len(r.Failover) > 0 {
+		p("")
+		p("## Leader failover")
+		p("")
+		p("The lease expiry stream above (%d rows/s for %s, every reconciler but attempt timeout) into a fleet of %d real",
+			r.Config.LatenessRate, r.Config.LatenessFor, r.Failover[0].Processes)
+		p("`worker run` processes; a third into the stream the leader is SIGKILLed and not restarted. Takeover: the fleet's")
+		p("default, where the survivors' heartbeat (every 5 s) finds the dead process without a connection and resigns its")
+		p("leadership and rescues its running jobs at once (docs/design.md, \"Leader failover\"); without it (`--no-takeover`),")
+		p("River's leadership TTL and rescuer alone. Lateness per row from its deadline to its release, over all rows and over")
+		p("those due from the kill to the stream's end; times after the kill by the database's clock: the new leader's")
+		p("election, its first tick, and the end of the last job the killed process had left running (run again elsewhere).")
+		p("")
+		p("| takeover | lead | rows | p50 | p99 | max | due after the kill: rows | p99 | max | new leader elected | first tick | jobs the killed process left running: done | before the dead term expired |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		for _, f := range r.Failover {
+			on := "off (River alone)"
+			if f.Takeover {
+				on = "on"
+			}
+			left := "none"
+			if f.KilledJobs > 0 {
+				left = fmt.Sprintf("%d: %s", f.KilledJobs, f.LastOfKilled.Round(time.Millisecond))
+			}
+			p("| %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", on, f.Lead, f.Rows,
+				f.P50.Round(time.Millisecond), f.P99.Round(time.Millisecond), f.Max.Round(time.Millisecond), f.AfterRows,
+				f.AfterP99.Round(time.Millisecond), f.AfterMax.Round(time.Millisecond), f.Elected.Round(time.Millisecond),
+				f.FirstTick.Round(time.Millisecond), left, yesNo(f.ElectedBeforeExpiry))
 		}
 	}
 	if r.Idle.Window > 0 {

@@ -53,6 +53,10 @@ const UnknownBehavior = "hibernate"
 // NULL (which means fail).
 var Behaviors = []string{"", "fail", "cancel", "expire", "escalate", "auto_resume_with_timeout_signal", UnknownBehavior}
 
+// DefaultBudgetResetInterval is the reset interval of the demo's budgets:
+// River UI shows each budget's resets recurring.
+const DefaultBudgetResetInterval = time.Minute
+
 // Kind is one kind of demo item: a row some reconciler will act on.
 type Kind int
 
@@ -84,7 +88,8 @@ const (
 	// that expires about now; its suspension times out a minute later.
 	WaitpointExpiring
 	// BudgetDue is a budget with usage in two dimensions whose reset falls
-	// due about now, and every minute after.
+	// due about now, and every Feeder.BudgetResetInterval after (a minute
+	// by default).
 	BudgetDue
 	// WorkerStale is a worker registration whose heartbeat goes past its
 	// liveness TTL about now.
@@ -185,6 +190,18 @@ type Feeder struct {
 	// StalePending items. Off by default, so the worker's log holds
 	// only what a person should read.
 	Malformed bool
+	// BudgetResetInterval is the reset interval of the budgets it writes
+	// (reset_interval_ms): each budget falls due once as written, then
+	// every interval. Defaults to DefaultBudgetResetInterval. The soak sets
+	// it beyond its own length, so that budgets, like every other item,
+	// fall due a bounded number of times and the stream stays steady.
+	BudgetResetInterval time.Duration
+	// Lead is added to every deadline the feeder draws. By default (0) an
+	// item falls due between a few seconds ago and a few seconds ahead, as
+	// FlowFabric writes rows that lapsed moments ago, so its lateness starts
+	// before it is written; the soak sets 3 s, so that every row is written
+	// before it falls due and lateness is the fleet's alone.
+	Lead time.Duration
 
 	db       Beginner
 	rng      *rand.Rand
@@ -240,9 +257,9 @@ func (f *Feeder) deal() Kind {
 	return k
 }
 
-// between returns a time in [nowMs+loMs, nowMs+hiMs).
+// between returns a deadline in [nowMs+loMs, nowMs+hiMs), moved by Lead.
 func (f *Feeder) between(nowMs, loMs, hiMs int64) int64 {
-	return nowMs + loMs + f.rng.Int64N(hiMs-loMs)
+	return nowMs + f.Lead.Milliseconds() + loMs + f.rng.Int64N(hiMs-loMs)
 }
 
 func (f *Feeder) partition() int16 { return int16(f.rng.IntN(256)) }
@@ -360,10 +377,14 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 	case BudgetDue:
 		bp := int16(f.rng.IntN(DemoBudgetPartitions))
 		id := "demo-budget-" + f.uuid()[:8]
+		interval := f.BudgetResetInterval
+		if interval <= 0 {
+			interval = DefaultBudgetResetInterval
+		}
 		b.Queue(`INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms,
 		        scope_type, scope_id, enforcement_mode, breach_count, last_breach_at_ms, last_breach_dim, next_reset_at_ms)
-		 VALUES ($1, $2, '{"hard_limit": 1000, "reset_interval_ms": 60000}'::jsonb, $3, $3, 'flow', $4, 'hard', 1, $3, 'tokens', $5)`,
-			bp, id, nowMs-60_000, f.uuid(), due(f.between(nowMs, -2000, 4000)))
+		 VALUES ($1, $2, jsonb_build_object('hard_limit', 1000, 'reset_interval_ms', $6::bigint), $3, $3, 'flow', $4, 'hard', 1, $3, 'tokens', $5)`,
+			bp, id, nowMs-60_000, f.uuid(), due(f.between(nowMs, -2000, 4000)), interval.Milliseconds())
 		for _, dim := range []string{"tokens", "calls"} {
 			b.Queue(`INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms)
 			 VALUES ($1, $2, $3, $4, $5)`, bp, id, dim, 1+f.rng.Int64N(1000), nowMs-1000)
