@@ -42,25 +42,33 @@ type FailoverResult struct {
 	// ElectedBeforeExpiry: the new leader was elected before the dead
 	// leader's term would have expired (River alone waits for it).
 	ElectedBeforeExpiry bool
+	// Busy: the leader was killed at the first moment, a third into the
+	// stream or later, when it was running release jobs (within 5 s);
+	// otherwise a third into the stream, whatever it was doing.
+	Busy bool
 }
 
 // failoverProcesses is the fleet's size: the leader and two survivors.
 const failoverProcesses = 3
 
 // failover runs the stream with each lead, once with the takeover and once
-// without (River's leadership TTL and rescuer alone).
+// without (River's leadership TTL and rescuer alone), killing the leader a
+// third in and, again, at a moment it runs row jobs: a kill at a random
+// moment often finds it between bursts, holding no job.
 func (e *env) failover(ctx context.Context) ([]FailoverResult, error) {
 	if e.cfg.WorkerBinary == "" {
 		return nil, errors.New("failover needs the worker binary (run it as `worker bench`)")
 	}
 	var out []FailoverResult
-	for _, takeover := range []bool{true, false} {
-		for _, lead := range e.cfg.LatenessLeads {
-			res, err := e.failoverRun(ctx, takeover, lead)
-			if err != nil {
-				return out, fmt.Errorf("failover (takeover %v, lead %s): %w", takeover, lead, err)
+	for _, busy := range []bool{false, true} {
+		for _, takeover := range []bool{true, false} {
+			for _, lead := range e.cfg.LatenessLeads {
+				res, err := e.failoverRun(ctx, takeover, lead, busy)
+				if err != nil {
+					return out, fmt.Errorf("failover (takeover %v, lead %s, busy %v): %w", takeover, lead, busy, err)
+				}
+				out = append(out, res)
 			}
-			out = append(out, res)
 		}
 	}
 	return out, nil
@@ -110,8 +118,8 @@ type child struct {
 	log string
 }
 
-func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration) (FailoverResult, error) {
-	res := FailoverResult{Takeover: takeover, Lead: lead, Processes: failoverProcesses}
+func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration, busy bool) (FailoverResult, error) {
+	res := FailoverResult{Takeover: takeover, Lead: lead, Processes: failoverProcesses, Busy: busy}
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
@@ -184,8 +192,8 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	e.progress("failover (takeover %v, lead %s): %d processes ready after %s; %d rows/s for %s, the leader SIGKILLed a third in",
-		takeover, lead, failoverProcesses, time.Since(started).Round(time.Millisecond), e.cfg.LatenessRate, e.cfg.LatenessFor)
+	e.progress("failover (takeover %v, lead %s, busy %v): %d processes ready after %s; %d rows/s for %s, the leader SIGKILLed a third in",
+		takeover, lead, busy, failoverProcesses, time.Since(started).Round(time.Millisecond), e.cfg.LatenessRate, e.cfg.LatenessFor)
 
 	perFeed := max(1, e.cfg.LatenessRate*int(feedEvery/time.Millisecond)/1000)
 	tick := time.NewTicker(feedEvery)
@@ -202,20 +210,11 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		case <-tick.C:
 		}
 		if killedAt.IsZero() && time.Now().After(killAt) {
-			var leader string
-			if err := e.pool.QueryRow(ctx, `SELECT leader_id, expires_at FROM river.river_leader`).Scan(&leader, &oldExpires); err != nil {
-				return res, fmt.Errorf("read the leader: %w", err)
+			killed, err := e.killLeader(ctx, byID, busy && time.Since(killAt) < 5*time.Second, &res, &oldExpires)
+			if err != nil {
+				return res, err
 			}
-			k := byID(leader)
-			if k == nil {
-				return res, fmt.Errorf("leader %q is none of the fleet's processes", leader)
-			}
-			if err := k.cmd.Process.Kill(); err != nil {
-				return res, fmt.Errorf("SIGKILL %s: %w", leader, err)
-			}
-			killedAt = time.Now()
-			_ = k.cmd.Wait()
-			res.Killed = leader
+			killedAt = killed
 		}
 		deadline := time.Now().Add(lead).UnixMilli()
 		if err := leaseLateness.feed(ctx, e, perFeed, deadline); err != nil {
@@ -280,11 +279,41 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 	res.P50, res.P99, res.Max = quantiles(all)
 	res.AfterRows = len(after)
 	res.AfterP50, res.AfterP99, res.AfterMax = quantiles(after)
-	e.progress("failover (takeover %v, lead %s): killed %s; new leader %s elected %s after, first tick %s after; the %d jobs it left running done %s after; "+
+	e.progress("failover (takeover %v, lead %s, busy %v): killed %s; new leader %s elected %s after, first tick %s after; the %d jobs it left running done %s after; "+
 		"lateness p50 %s p99 %s max %s over %d rows, of rows due after the kill p50 %s p99 %s max %s over %d",
-		takeover, lead, res.Killed, res.NewLeader, res.Elected.Round(time.Millisecond), res.FirstTick.Round(time.Millisecond),
+		takeover, lead, busy, res.Killed, res.NewLeader, res.Elected.Round(time.Millisecond), res.FirstTick.Round(time.Millisecond),
 		res.KilledJobs, res.LastOfKilled.Round(time.Millisecond), res.P50, res.P99, res.Max, res.Rows, res.AfterP50, res.AfterP99, res.AfterMax, res.AfterRows)
 	return res, nil
+}
+
+// killLeader SIGKILLs the fleet's leader and returns when, recording it in
+// res and the end of its term in expires; with onlyBusy, only if it runs
+// release jobs (zero time otherwise: not killed yet).
+func (e *env) killLeader(ctx context.Context, byID func(string) *child, onlyBusy bool, res *FailoverResult, expires *time.Time) (time.Time, error) {
+	var leader string
+	var running int
+	if err := e.pool.QueryRow(ctx, `
+		SELECT l.leader_id, l.expires_at,
+		       (SELECT count(*) FROM river.river_job
+		         WHERE state = 'running' AND kind = 'ff.lease_expiry.release'
+		           AND attempted_by[cardinality(attempted_by)] = l.leader_id)
+		  FROM river.river_leader l`).Scan(&leader, expires, &running); err != nil {
+		return time.Time{}, fmt.Errorf("read the leader: %w", err)
+	}
+	if onlyBusy && running == 0 {
+		return time.Time{}, nil
+	}
+	k := byID(leader)
+	if k == nil {
+		return time.Time{}, fmt.Errorf("leader %q is none of the fleet's processes", leader)
+	}
+	if err := k.cmd.Process.Kill(); err != nil {
+		return time.Time{}, fmt.Errorf("SIGKILL %s: %w", leader, err)
+	}
+	at := time.Now()
+	_ = k.cmd.Wait()
+	res.Killed = leader
+	return at, nil
 }
 
 // quantiles returns p50, p99 and the max of ms, in milliseconds.

@@ -153,15 +153,16 @@ func (r *Report) Markdown() string {
 		p("")
 		p("The lease expiry stream above (%d rows/s for %s, every reconciler but attempt timeout) into a fleet of %d real",
 			r.Config.LatenessRate, r.Config.LatenessFor, r.Failover[0].Processes)
-		p("`worker run` processes; a third into the stream the leader is SIGKILLed and not restarted. Takeover: the fleet's")
+		p("`worker run` processes; the leader is SIGKILLed and not restarted, a third into the stream (whatever it is doing:")
+		p("often between two bursts, holding no job) or at the first moment after that when it runs release jobs. Takeover: the fleet's")
 		p("default, where the survivors' heartbeat (every 5 s) finds the dead process without a connection and resigns its")
 		p("leadership and rescues its running jobs at once (docs/design.md, \"Leader failover\"); without it (`--no-takeover`),")
 		p("River's leadership TTL and rescuer alone. Lateness per row from its deadline to its release, over all rows and over")
 		p("those due from the kill to the stream's end; times after the kill by the database's clock: the new leader's")
 		p("election, its first tick, and the end of the last job the killed process had left running (run again elsewhere).")
 		p("")
-		p("| takeover | lead | rows | p50 | p99 | max | due after the kill: rows | p99 | max | new leader elected | first tick | jobs the killed process left running: done | before the dead term expired |")
-		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		p("| kill | takeover | lead | rows | p50 | p99 | max | due after the kill: rows | p99 | max | new leader elected | first tick | jobs the killed process left running: done | before the dead term expired |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, f := range r.Failover {
 			on := "off (River alone)"
 			if f.Takeover {
@@ -171,7 +172,11 @@ func (r *Report) Markdown() string {
 			if f.KilledJobs > 0 {
 				left = fmt.Sprintf("%d: %s", f.KilledJobs, f.LastOfKilled.Round(time.Millisecond))
 			}
-			p("| %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", on, f.Lead, f.Rows,
+			kill := "a third in"
+			if f.Busy {
+				kill = "running row jobs"
+			}
+			p("| %s | %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", kill, on, f.Lead, f.Rows,
 				f.P50.Round(time.Millisecond), f.P99.Round(time.Millisecond), f.Max.Round(time.Millisecond), f.AfterRows,
 				f.AfterP99.Round(time.Millisecond), f.AfterMax.Round(time.Millisecond), f.Elected.Round(time.Millisecond),
 				f.FirstTick.Round(time.Millisecond), left, yesNo(f.ElectedBeforeExpiry))
