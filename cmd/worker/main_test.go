@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
 
@@ -205,5 +208,80 @@ func TestUnreachableDatabaseCauseOnce(t *testing.T) {
 	code, _, stderr := runMain(t, context.Background(), "status", "--database-url", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2")
 	if code != 1 || strings.Count(stderr, "connection refused") != 1 {
 		t.Errorf("exit %d, stderr %q; want 1 and the cause once", code, stderr)
+	}
+}
+
+// TestShutdownLetsRunningJobsFinish: on SIGINT/SIGTERM (the run context
+// ending) running jobs get --shutdown-timeout to finish, as the README
+// promises, and are not cancelled at once. Two expired leases in two
+// partitions, both rows locked by the test, one row statement in flight:
+// one release job's statement waits for its lock and the other job waits
+// for the statement slot, on its own context. The run context is cancelled
+// while both wait, and the locks are let go a moment later. A regression
+// (River's client started with the signal's context, which River treats as
+// StopAndCancel) cancels the waiting job at once: its lease is still held
+// when run returns and its job is left to retry.
+func TestShutdownLetsRunningJobsFinish(t *testing.T) {
+	t.Parallel()
+	bg := context.Background()
+	db := testdb.New(t)
+	var ids []string
+	for _, p := range []int16{17, 18} {
+		id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: p})
+		fftest.InsertAttempt(t, db.Pool, p, id, 0, fftest.Ms(time.Now().UnixMilli()-5000))
+		ids = append(ids, id)
+	}
+	lock, err := db.Pool.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(bg)
+	if _, err := lock.Exec(bg, `SELECT 1 FROM ff_attempt WHERE partition_key IN (17, 18) AND execution_id = ANY($1::uuid[]) FOR UPDATE`, ids); err != nil {
+		t.Fatal(err)
+	}
+
+	rc, err := parseRunFlags([]string{"--database-url", db.URL, "--http-addr", "", "--reconcilers", "lease_expiry",
+		"--row-statements", "1", "--shutdown-timeout", "30s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, rc, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) }()
+	running := func() int {
+		return fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = 'ff.lease_expiry.release' AND state = 'running'`)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "both release jobs to wait (one for its lock, one for the statement)", func() (bool, string) {
+		return running() == 2, fleettest.Statusf("%d running", running())
+	})
+	cancel() // what SIGINT/SIGTERM does
+	time.Sleep(500 * time.Millisecond)
+	if err := lock.Rollback(bg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v after shutdown", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("run did not stop")
+	}
+	for i, p := range []int16{17, 18} {
+		if a := fftest.ReadAttempt(t, db.Pool, p, ids[i], 0); a.LeaseExpiresAtMs != nil {
+			t.Errorf("the lease in partition %d is still held: its running release job was cancelled at shutdown instead of finishing", p)
+		}
+	}
+	rows, err := db.Pool.Query(bg, `SELECT state || ' in attempt ' || attempt FROM river.river_job WHERE kind = 'ff.lease_expiry.release'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 2 || states[0] != "completed in attempt 1" || states[1] != "completed in attempt 1" {
+		t.Fatalf("release jobs: %v; want both completed in their first attempt", states)
 	}
 }

@@ -671,7 +671,7 @@ func lookaheads(intervals map[string]time.Duration, margin time.Duration) map[st
 // Start registers the process in the heartbeat table, which refuses it
 // (*ConfigMismatchError) when a live process of its River schema is
 // configured differently, then starts the River client, the heartbeat and
-// the waker.
+// the waker. They run until Stop, whatever becomes of ctx.
 func (f *Fleet) Start(ctx context.Context) error {
 	if f.stopBeat == nil {
 		cfg := f.Config
@@ -700,7 +700,11 @@ func (f *Fleet) Start(ctx context.Context) error {
 		go func() { defer close(done); f.Waker.Run(wctx) }()
 		f.stopWaker = func() { cancel(); <-done }
 	}
-	return f.Client.Start(ctx)
+	// River treats the end of Start's context as StopAndCancel: every
+	// running job's context ends at once. The fleet stops through Stop
+	// only, which gives running jobs their time first (a signal ending
+	// ctx must not cut them short).
+	return f.Client.Start(context.WithoutCancel(ctx))
 }
 
 // Stop stops fetching new jobs and waits for running ones until ctx ends,
