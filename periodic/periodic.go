@@ -5,6 +5,7 @@ package periodic
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -44,10 +45,7 @@ func Jobs(ticks []Tick) ([]*river.PeriodicJob, error) {
 		if t.Interval < MinInterval {
 			return nil, fmt.Errorf("%s interval %s is too short (minimum %s)", kind, t.Interval, MinInterval)
 		}
-		args, interval, opts := t.Args, t.Interval, t.InsertOpts
-		if opts == nil {
-			opts = jobs.TickInsertOpts()
-		}
+		args, interval, opts := t.Args, t.Interval, t.insertOpts()
 		out = append(out, river.NewPeriodicJob(
 			river.PeriodicInterval(interval),
 			func() (river.JobArgs, *river.InsertOpts) { o := *opts; return args, &o },
@@ -55,4 +53,31 @@ func Jobs(ticks []Tick) ([]*river.PeriodicJob, error) {
 		))
 	}
 	return out, nil
+}
+
+// insertOpts returns the tick's insert options, jobs.TickInsertOpts() unless
+// it has its own.
+func (t Tick) insertOpts() *river.InsertOpts {
+	if t.InsertOpts != nil {
+		return t.InsertOpts
+	}
+	return jobs.TickInsertOpts()
+}
+
+// StartNow returns each tick as insert params, tagged tag, to run at once:
+// what a new leader's periodic jobs insert with RunOnStart, for a process
+// that knows the leadership changed hands before River's new leader gets to
+// it. River's maintenance services start one after another, each after a
+// random pause of up to a second, so its periodic jobs start 0-6 s after
+// the election (docs/design.md, "Leader failover"). Each tick keeps its
+// uniqueness among unfinished jobs, so a tick already waiting is not
+// doubled and the new leader's own RunOnStart adds at most one more probe.
+func StartNow(ticks []Tick, tag string) []river.InsertManyParams {
+	out := make([]river.InsertManyParams, 0, len(ticks))
+	for _, t := range ticks {
+		opts := *t.insertOpts()
+		opts.Tags = append(slices.Clip(opts.Tags), tag)
+		out = append(out, river.InsertManyParams{Args: t.Args, InsertOpts: &opts})
+	}
+	return out
 }

@@ -309,3 +309,27 @@ func tableErr(err error) error {
 	}
 	return err
 }
+
+// LeadsWithOthers reports whether clientID holds schema's River leadership
+// while another process of the schema beat within liveFor: a leader about
+// to stop then has someone to hand its ticks to (fleet.Fleet.Stop).
+//
+// Cost: river_leader's single row and the heartbeat table (a row per
+// process, no index needed).
+func LeadsWithOthers(ctx context.Context, db DB, schema, clientID string, liveFor time.Duration) (bool, error) {
+	table, err := riverTable(schema, migrations.WorkerTableName)
+	if err != nil {
+		return false, err
+	}
+	leader := pgx.Identifier{schema, "river_leader"}.Sanitize()
+	var ok bool
+	err = db.QueryRow(ctx, `
+		SELECT EXISTS (SELECT 1 FROM `+leader+` WHERE leader_id = $1)
+		   AND EXISTS (SELECT 1 FROM `+table+`
+		                WHERE client_id <> $1 AND heartbeat_at >= now() - $2::bigint * interval '1 millisecond')`,
+		clientID, liveFor.Milliseconds()).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read the leadership: %w", tableErr(err))
+	}
+	return ok, nil
+}

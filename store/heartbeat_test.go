@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -215,5 +216,61 @@ func TestWorkerHeartbeatErrors(t *testing.T) {
 	}
 	if _, err := store.ListWorkerHeartbeats(ctx, db.Pool, "x; DROP TABLE y"); err == nil {
 		t.Fatal("list with a hostile schema name: want validation error")
+	}
+}
+
+// TestLeadsWithOthers: a stopping leader hands its ticks on only when it
+// leads and another process beat recently. A regression either leaves ticks
+// queued behind a fleet that stopped entirely, or makes a stopping leader
+// leave its successor the wait for River's staggered start.
+func TestLeadsWithOthers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	schema := testdb.RiverSchema
+	const liveFor = 15 * time.Second
+
+	tests := []struct {
+		name   string
+		leader string          // river_leader's leader_id; "" for none
+		others []time.Duration // ages of the other processes' heartbeats
+		want   bool
+	}{
+		{"LeaderWithALiveOther", "me", []time.Duration{time.Second}, true},
+		{"LeaderAlone", "me", nil, false},
+		{"LeaderWithOnlyStaleOthers", "me", []time.Duration{time.Minute, time.Hour}, false},
+		{"LeaderWithStaleAndLive", "me", []time.Duration{time.Hour, 2 * time.Second}, true},
+		{"AnotherLeads", "other-0", []time.Duration{time.Second}, false},
+		{"NoLeader", "", []time.Duration{time.Second}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := db.Pool.Exec(ctx, `DELETE FROM river.river_leader; DELETE FROM river.ffreconcile_worker`); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.UpsertWorkerHeartbeat(ctx, db.Pool, schema, store.WorkerHeartbeat{ClientID: "me", Hostname: "h", PID: 1}); err != nil {
+				t.Fatal(err)
+			}
+			for i, age := range tt.others {
+				if _, err := db.Pool.Exec(ctx, `
+					INSERT INTO river.ffreconcile_worker (client_id, hostname, pid, started_at, heartbeat_at)
+					VALUES ($1, 'h', 2, now() - interval '1 hour', now() - $2::bigint * interval '1 millisecond')`,
+					fmt.Sprintf("other-%d", i), age.Milliseconds()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.leader != "" {
+				if _, err := db.Pool.Exec(ctx, `INSERT INTO river.river_leader (leader_id, elected_at, expires_at) VALUES ($1, now(), now() + interval '15 seconds')`, tt.leader); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := store.LeadsWithOthers(ctx, db.Pool, schema, "me", liveFor)
+			if err != nil || got != tt.want {
+				t.Fatalf("LeadsWithOthers = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := store.LeadsWithOthers(ctx, db.Pool, "no such schema!", "me", liveFor); err == nil {
+		t.Fatal("LeadsWithOthers accepted an invalid schema name")
 	}
 }

@@ -79,7 +79,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Bool(&fc.Tracing, "otel", "FF_OTEL", false, "OpenTelemetry spans for River jobs and SQL, exported as the standard OTEL_* variables say (OTLP by default)")
 	f.Bool(&fc.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "do not keep a per-job log line (shown in River UI) for row actions")
 	f.Bool(&fc.PollOnly, "poll-only", "FF_POLL_ONLY", false, "poll instead of LISTEN/NOTIFY (behind a transaction-mode pooler)")
-	f.Bool(&fc.DisableTakeover, "no-takeover", "FF_NO_TAKEOVER", false, "do not take over the leadership and running jobs of a fleet process that died without a clean stop (no connection of it left); leave them to River's leadership TTL (15-21 s) and rescuer (--rescue-stuck-jobs-after, then up to 30 s)")
+	f.Bool(&fc.DisableTakeover, "no-takeover", "FF_NO_TAKEOVER", false, "do not take over the leadership and running jobs of a fleet process that died without a clean stop (no connection of it left), nor start the ticks when a leadership changes hands; leave them to River's leadership TTL (15-21 s), rescuer (--rescue-stuck-jobs-after, then up to 30 s) and new leader (its periodic jobs start 0-6 s after its election)")
 	if err := f.parse(args, stdout); err != nil {
 		return nil, err
 	}

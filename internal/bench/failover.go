@@ -42,30 +42,56 @@ type FailoverResult struct {
 	// ElectedBeforeExpiry: the new leader was elected before the dead
 	// leader's term would have expired (River alone waits for it).
 	ElectedBeforeExpiry bool
-	// Busy: the leader was killed at the first moment, a third into the
-	// stream or later, when it was running release jobs (within 5 s);
-	// otherwise a third into the stream, whatever it was doing.
-	Busy bool
+	// Kill is how and when the leader went.
+	Kill Kill
+}
+
+// Kill is how and when the failover section ends its fleet's leader.
+type Kill int
+
+const (
+	// KillAThirdIn: SIGKILL a third into the stream, whatever the leader
+	// is doing (often between two bursts, holding no job).
+	KillAThirdIn Kill = iota
+	// KillBusy: SIGKILL at the first moment, a third into the stream or
+	// later (within 5 s), when the leader runs release jobs.
+	KillBusy
+	// StopAThirdIn: SIGTERM a third into the stream: a clean stop, which
+	// finishes the running jobs and resigns the leadership.
+	StopAThirdIn
+)
+
+func (k Kill) String() string {
+	switch k {
+	case KillBusy:
+		return "SIGKILL, running row jobs"
+	case StopAThirdIn:
+		return "SIGTERM, a third in"
+	default:
+		return "SIGKILL, a third in"
+	}
 }
 
 // failoverProcesses is the fleet's size: the leader and two survivors.
 const failoverProcesses = 3
 
-// failover runs the stream with each lead, once with the takeover and once
-// without (River's leadership TTL and rescuer alone), killing the leader a
-// third in and, again, at a moment it runs row jobs: a kill at a random
-// moment often finds it between bursts, holding no job.
+// failover runs the stream with each lead, once with the takeover and the
+// handoff and once without (River's leadership TTL, rescuer and new
+// leader's periodic start alone), ending the leader each way of Kill: a
+// SIGKILL a third in, again at a moment it runs row jobs (a kill at a
+// random moment often finds it between bursts, holding no job), and a
+// clean stop.
 func (e *env) failover(ctx context.Context) ([]FailoverResult, error) {
 	if e.cfg.WorkerBinary == "" {
 		return nil, errors.New("failover needs the worker binary (run it as `worker bench`)")
 	}
 	var out []FailoverResult
-	for _, busy := range []bool{false, true} {
+	for _, kill := range []Kill{KillAThirdIn, KillBusy, StopAThirdIn} {
 		for _, takeover := range []bool{true, false} {
 			for _, lead := range e.cfg.LatenessLeads {
-				res, err := e.failoverRun(ctx, takeover, lead, busy)
+				res, err := e.failoverRun(ctx, takeover, lead, kill)
 				if err != nil {
-					return out, fmt.Errorf("failover (takeover %v, lead %s, busy %v): %w", takeover, lead, busy, err)
+					return out, fmt.Errorf("failover (takeover %v, lead %s, %s): %w", takeover, lead, kill, err)
 				}
 				out = append(out, res)
 			}
@@ -113,13 +139,24 @@ func (e *env) runArgs(clientID string, takeover bool) []string {
 
 // child is one `worker run` process of the failover fleet.
 type child struct {
-	id  string
-	cmd *exec.Cmd
-	log string
+	id   string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed once the process has exited and been waited for
 }
 
-func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration, busy bool) (FailoverResult, error) {
-	res := FailoverResult{Takeover: takeover, Lead: lead, Processes: failoverProcesses, Busy: busy}
+// exited reports whether the process has exited.
+func (k *child) exited() bool {
+	select {
+	case <-k.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration, kill Kill) (FailoverResult, error) {
+	res := FailoverResult{Takeover: takeover, Lead: lead, Processes: failoverProcesses, Kill: kill}
 	if err := e.reset(ctx); err != nil {
 		return res, err
 	}
@@ -130,10 +167,10 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 	var kids []*child
 	defer func() {
 		for _, k := range kids {
-			if k.cmd.ProcessState == nil {
+			if !k.exited() {
 				_ = k.cmd.Process.Signal(syscall.SIGTERM)
-				_ = k.cmd.Wait()
 			}
+			<-k.done
 		}
 		os.RemoveAll(dir)
 	}()
@@ -147,7 +184,7 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		return b.String()
 	}
 	for i := range failoverProcesses {
-		k := &child{id: fmt.Sprintf("failover-%d", i+1), log: filepath.Join(dir, fmt.Sprintf("failover-%d.log", i+1))}
+		k := &child{id: fmt.Sprintf("failover-%d", i+1), log: filepath.Join(dir, fmt.Sprintf("failover-%d.log", i+1)), done: make(chan struct{})}
 		f, err := os.Create(k.log)
 		if err != nil {
 			return res, err
@@ -160,6 +197,7 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		if err != nil {
 			return res, fmt.Errorf("start %s: %w", k.id, err)
 		}
+		go func() { _ = k.cmd.Wait(); close(k.done) }()
 		kids = append(kids, k)
 	}
 	byID := func(id string) *child {
@@ -192,8 +230,8 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	e.progress("failover (takeover %v, lead %s, busy %v): %d processes ready after %s; %d rows/s for %s, the leader SIGKILLed a third in",
-		takeover, lead, busy, failoverProcesses, time.Since(started).Round(time.Millisecond), e.cfg.LatenessRate, e.cfg.LatenessFor)
+	e.progress("failover (takeover %v, lead %s, %s): %d processes ready after %s; %d rows/s for %s",
+		takeover, lead, kill, failoverProcesses, time.Since(started).Round(time.Millisecond), e.cfg.LatenessRate, e.cfg.LatenessFor)
 
 	perFeed := max(1, e.cfg.LatenessRate*int(feedEvery/time.Millisecond)/1000)
 	tick := time.NewTicker(feedEvery)
@@ -210,7 +248,7 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 		case <-tick.C:
 		}
 		if killedAt.IsZero() && time.Now().After(killAt) {
-			killed, err := e.killLeader(ctx, byID, busy && time.Since(killAt) < 5*time.Second, &res, &oldExpires)
+			killed, err := e.killLeader(ctx, byID, kill, time.Since(killAt) < 5*time.Second, &res, &oldExpires)
 			if err != nil {
 				return res, err
 			}
@@ -279,17 +317,19 @@ func (e *env) failoverRun(ctx context.Context, takeover bool, lead time.Duration
 	res.P50, res.P99, res.Max = quantiles(all)
 	res.AfterRows = len(after)
 	res.AfterP50, res.AfterP99, res.AfterMax = quantiles(after)
-	e.progress("failover (takeover %v, lead %s, busy %v): killed %s; new leader %s elected %s after, first tick %s after; the %d jobs it left running done %s after; "+
+	e.progress("failover (takeover %v, lead %s, %s): ended %s; new leader %s elected %s after, first tick %s after; the %d jobs it left running done %s after; "+
 		"lateness p50 %s p99 %s max %s over %d rows, of rows due after the kill p50 %s p99 %s max %s over %d",
-		takeover, lead, busy, res.Killed, res.NewLeader, res.Elected.Round(time.Millisecond), res.FirstTick.Round(time.Millisecond),
+		takeover, lead, kill, res.Killed, res.NewLeader, res.Elected.Round(time.Millisecond), res.FirstTick.Round(time.Millisecond),
 		res.KilledJobs, res.LastOfKilled.Round(time.Millisecond), res.P50, res.P99, res.Max, res.Rows, res.AfterP50, res.AfterP99, res.AfterMax, res.AfterRows)
 	return res, nil
 }
 
-// killLeader SIGKILLs the fleet's leader and returns when, recording it in
-// res and the end of its term in expires; with onlyBusy, only if it runs
-// release jobs (zero time otherwise: not killed yet).
-func (e *env) killLeader(ctx context.Context, byID func(string) *child, onlyBusy bool, res *FailoverResult, expires *time.Time) (time.Time, error) {
+// killLeader ends the fleet's leader as kill says and returns when,
+// recording it in res and the end of its term in expires; for KillBusy
+// while waitBusy, only if it runs release jobs (zero time otherwise: not
+// killed yet). A stopped leader is waited for: its clean stop finishes its
+// running jobs, then resigns.
+func (e *env) killLeader(ctx context.Context, byID func(string) *child, kill Kill, waitBusy bool, res *FailoverResult, expires *time.Time) (time.Time, error) {
 	var leader string
 	var running int
 	if err := e.pool.QueryRow(ctx, `
@@ -300,18 +340,25 @@ func (e *env) killLeader(ctx context.Context, byID func(string) *child, onlyBusy
 		  FROM river.river_leader l`).Scan(&leader, expires, &running); err != nil {
 		return time.Time{}, fmt.Errorf("read the leader: %w", err)
 	}
-	if onlyBusy && running == 0 {
+	if kill == KillBusy && waitBusy && running == 0 {
 		return time.Time{}, nil
 	}
 	k := byID(leader)
 	if k == nil {
 		return time.Time{}, fmt.Errorf("leader %q is none of the fleet's processes", leader)
 	}
-	if err := k.cmd.Process.Kill(); err != nil {
-		return time.Time{}, fmt.Errorf("SIGKILL %s: %w", leader, err)
+	sig := syscall.SIGKILL
+	if kill == StopAThirdIn {
+		sig = syscall.SIGTERM
+	}
+	if err := k.cmd.Process.Signal(sig); err != nil {
+		return time.Time{}, fmt.Errorf("%s %s: %w", sig, leader, err)
 	}
 	at := time.Now()
-	_ = k.cmd.Wait()
+	if sig == syscall.SIGKILL {
+		<-k.done
+	}
+	// A stopping leader is not waited for: the stream goes on meanwhile.
 	res.Killed = leader
 	return at, nil
 }

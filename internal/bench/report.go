@@ -153,15 +153,18 @@ func (r *Report) Markdown() string {
 		p("")
 		p("The lease expiry stream above (%d rows/s for %s, every reconciler but attempt timeout) into a fleet of %d real",
 			r.Config.LatenessRate, r.Config.LatenessFor, r.Failover[0].Processes)
-		p("`worker run` processes; the leader is SIGKILLed and not restarted, a third into the stream (whatever it is doing:")
-		p("often between two bursts, holding no job) or at the first moment after that when it runs release jobs. Takeover: the fleet's")
-		p("default, where the survivors' heartbeat (every 5 s) finds the dead process without a connection and resigns its")
-		p("leadership and rescues its running jobs at once (docs/design.md, \"Leader failover\"); without it (`--no-takeover`),")
-		p("River's leadership TTL and rescuer alone. Lateness per row from its deadline to its release, over all rows and over")
-		p("those due from the kill to the stream's end; times after the kill by the database's clock: the new leader's")
-		p("election, its first tick, and the end of the last job the killed process had left running (run again elsewhere).")
+		p("`worker run` processes; the leader is ended and not restarted: SIGKILLed a third into the stream (whatever it is")
+		p("doing: often between two bursts, holding no job) or at the first moment after that when it runs release jobs, or")
+		p("stopped cleanly (SIGTERM) a third in. Takeover and handoff: the fleet's default, where the survivors' heartbeat")
+		p("(every 5 s) finds a dead process without a connection, resigns its leadership, rescues its running jobs and starts")
+		p("the ticks at once, and a leader stopping cleanly starts the ticks for its successor as it resigns")
+		p("(docs/design.md, \"Leader failover\"); without them (`--no-takeover`), River alone: its leadership TTL, its rescuer,")
+		p("and its new leader's periodic jobs, which start 0-6 s after the election. Lateness per row from its deadline to its")
+		p("release, over all rows and over those due from the kill to the stream's end; times after the kill by the")
+		p("database's clock: the new leader's election, the first tick inserted since (by the takeover, the handoff or the new")
+		p("leader), and the end of the last job the killed process had left running (run again elsewhere).")
 		p("")
-		p("| kill | takeover | lead | rows | p50 | p99 | max | due after the kill: rows | p99 | max | new leader elected | first tick | jobs the killed process left running: done | before the dead term expired |")
+		p("| leader ended by | takeover and handoff | lead | rows | p50 | p99 | max | due after the kill: rows | p99 | max | new leader elected | first tick | jobs the killed process left running: done | before the dead term expired |")
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, f := range r.Failover {
 			on := "off (River alone)"
@@ -172,11 +175,7 @@ func (r *Report) Markdown() string {
 			if f.KilledJobs > 0 {
 				left = fmt.Sprintf("%d: %s", f.KilledJobs, f.LastOfKilled.Round(time.Millisecond))
 			}
-			kill := "a third in"
-			if f.Busy {
-				kill = "running row jobs"
-			}
-			p("| %s | %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", kill, on, f.Lead, f.Rows,
+			p("| %s | %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", f.Kill, on, f.Lead, f.Rows,
 				f.P50.Round(time.Millisecond), f.P99.Round(time.Millisecond), f.Max.Round(time.Millisecond), f.AfterRows,
 				f.AfterP99.Round(time.Millisecond), f.AfterMax.Round(time.Millisecond), f.Elected.Round(time.Millisecond),
 				f.FirstTick.Round(time.Millisecond), left, yesNo(f.ElectedBeforeExpiry))

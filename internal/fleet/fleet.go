@@ -168,7 +168,9 @@ type Config struct {
 	// DisableTakeover: this process does not take over from a process of
 	// the fleet that died without a clean stop (none of its connections
 	// left; see internal/takeover); its leadership and running jobs are
-	// then left to River's leadership TTL and rescuer. With PollOnly the
+	// then left to River's leadership TTL and rescuer. Nor does it start
+	// the ticks when a leadership changes hands (handoff): River's new
+	// leader starts them 0-6 s after its election. With PollOnly the
 	// process's connections carry no tag, so others never judge it by
 	// them, and it judges no one.
 	DisableTakeover bool
@@ -208,6 +210,11 @@ type Fleet struct {
 	// Waker wakes the row queue's producers when row jobs enqueued ahead
 	// fall due; nil with PollOnly (no notification reaches River then).
 	Waker *fetchwake.Waker
+
+	// handoff starts the ticks at once when this process ends a River
+	// leadership: a dead leader's (takeover) or its own (Stop); nil with
+	// DisableTakeover.
+	handoff *handoff
 
 	stopWaker func() // stops the waker's goroutine and waits for it
 	// stopBeat stops the heartbeat's goroutine, which deletes the
@@ -584,6 +591,8 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		}
 		f.Taker = taker
 		f.Metrics.Registry().MustRegister(takeoverMetrics(taker)...)
+		f.handoff = &handoff{f: f}
+		f.Metrics.Registry().MustRegister(f.handoff.metrics()...)
 	}
 	return nil
 }
@@ -682,6 +691,9 @@ func (f *Fleet) Start(ctx context.Context) error {
 		if f.Taker != nil {
 			hb.TakeOver = func(ctx context.Context, w store.DepartedWorker) (bool, error) {
 				res, err := f.Taker.TakeOver(ctx, w)
+				if res.Resigned {
+					f.handoff.afterTakeover(ctx, w.ClientID)
+				}
 				return res.More, err
 			}
 		}
@@ -703,14 +715,15 @@ func (f *Fleet) Start(ctx context.Context) error {
 	// River treats the end of Start's context as StopAndCancel: every
 	// running job's context ends at once. The fleet stops through Stop
 	// only, which gives running jobs their time first (a signal ending
-	// ctx must not cut them short).
+	// ctx must not cut them short), and resigns before it hands off.
 	return f.Client.Start(context.WithoutCancel(ctx))
 }
 
 // Stop stops fetching new jobs and waits for running ones until ctx ends,
-// then cancels what is still running and waits for it to return. The
-// heartbeat row goes last: a process configured otherwise may start once
-// this one has stopped working.
+// then cancels what is still running and waits for it to return. A leader
+// with other processes left starts the ticks for them once it has resigned
+// (handoff). The heartbeat row goes last: a process configured otherwise
+// may start once this one has stopped working.
 func (f *Fleet) Stop(ctx context.Context) error {
 	if f.stopBeat != nil {
 		defer func() { f.stopBeat(); f.stopBeat = nil }()
@@ -718,14 +731,18 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	if f.stopWaker != nil {
 		defer f.stopWaker()
 	}
-	err := f.Client.Stop(ctx)
-	if err == nil {
-		return nil
+	handOff := f.handoff != nil && f.handoff.leadsWithOthers(ctx)
+	if err := f.Client.Stop(ctx); err != nil {
+		hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err2 := f.Client.StopAndCancel(hard); err2 != nil {
+			return fmt.Errorf("stop: %w; then cancel: %w", err, err2)
+		}
 	}
-	hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err2 := f.Client.StopAndCancel(hard); err2 != nil {
-		return fmt.Errorf("stop: %w; then cancel: %w", err, err2)
+	// River's client resigns its leadership as it stops, after its running
+	// jobs have returned; the ticks start only now, for the next leader.
+	if handOff {
+		f.handoff.afterStop(ctx)
 	}
 	return nil
 }

@@ -245,6 +245,13 @@ func TestFleetTakesOverFromADeadLeader(t *testing.T) {
 	if c := f.Taker.Counts(); c.Processes != 1 || c.Leaderships != 1 || c.Retried != 1 {
 		t.Fatalf("takeover counts %+v; want one process, its leadership and its job", c)
 	}
+	// Having ended the dead leader's term, the process started the ticks
+	// itself (tagged leader-takeover) rather than leaving them to River's
+	// new leader, whose periodic jobs start 0-6 s after its election.
+	kind := workers.CancelReconcile.TickArgs().Kind()
+	if n := count(t, db, `SELECT count(*) FROM river.river_job WHERE kind = '`+kind+`' AND '`+fleet.TagLeaderTakeover+`' = ANY(tags)`); n != 1 {
+		t.Fatalf("%d %s ticks tagged %s; want 1, inserted at the takeover", n, kind, fleet.TagLeaderTakeover)
+	}
 }
 
 // TestRestartTakesOverFromItsPreviousProcess: with a fixed client ID, a
