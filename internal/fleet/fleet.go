@@ -486,7 +486,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
-	checkLockTable(ctx, f.WorkPool, cfg.Logger)
+	checkServer(ctx, f.WorkPool, cfg.Logger)
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
@@ -642,23 +642,49 @@ func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) er
 // RecommendedMaxLocks is FlowFabric's recommended max_locks_per_transaction.
 const RecommendedMaxLocks = 256
 
-// checkLockTable warns when the server's lock table is small for 256-way
-// partitioned tables: a statement over a whole table (a tick, a due-rows
-// count) locks every child and each of its indexes, up to ~1,800 locks, and
-// the table holds max_locks_per_transaction × max_connections of them in all.
-func checkLockTable(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
-	var perTx, conns int
-	err := pool.QueryRow(ctx, `SELECT current_setting('max_locks_per_transaction')::int, current_setting('max_connections')::int`).
-		Scan(&perTx, &conns)
+// checkServer warns about server settings that hurt a fleet (serverWarnings).
+func checkServer(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger) {
+	s, err := store.ReadServerSettings(ctx, pool)
 	if err != nil {
-		logger.Warn("could not read max_locks_per_transaction", "error", err)
+		logger.Warn("could not read the server's settings", "error", err)
 		return
 	}
-	if perTx < RecommendedMaxLocks {
-		logger.Warn("max_locks_per_transaction is below FlowFabric's recommended 256: whole-table statements over 256 partitions "+
-			"need up to ~1,800 lock slots each, and concurrent ones can fail with \"out of shared memory\"",
-			"max_locks_per_transaction", perTx, "lock_table_slots", perTx*conns)
+	for _, w := range serverWarnings(s) {
+		logger.Warn(w.msg, w.attrs...)
 	}
+}
+
+// serverWarning is one log line of checkServer.
+type serverWarning struct {
+	msg   string
+	attrs []any
+}
+
+// serverWarnings says what is wrong with s for a fleet:
+//   - a lock table small for 256-way partitioned tables: a statement over a
+//     whole table (a tick, a due-rows count) locks every child and each of
+//     its indexes, up to ~1,800 locks, and the table holds
+//     max_locks_per_transaction × max_connections of them in all;
+//   - autovacuum off: River deletes a row of river_job for every finished
+//     job and the reconcilers update ff_* rows in place, so without
+//     vacuum no space is reused and river_job alone grows by the size of
+//     every job ever run (measured: 229 MB in a soak's first five minutes,
+//     655 MB in fifteen with the row count flat; docs/benchmarks.md, "Soak").
+func serverWarnings(s store.ServerSettings) []serverWarning {
+	var out []serverWarning
+	if s.MaxLocksPerTransaction < RecommendedMaxLocks {
+		out = append(out, serverWarning{
+			"max_locks_per_transaction is below FlowFabric's recommended 256: whole-table statements over 256 partitions " +
+				"need up to ~1,800 lock slots each, and concurrent ones can fail with \"out of shared memory\"",
+			[]any{"max_locks_per_transaction", s.MaxLocksPerTransaction, "lock_table_slots", s.MaxLocksPerTransaction * s.MaxConnections}})
+	}
+	if !s.Autovacuum {
+		out = append(out, serverWarning{
+			"autovacuum is off on this server: nothing reclaims the space of finished River jobs (deleted from river_job " +
+				"after their retention) or of updated ff_* rows, so river_job grows without bound; turn it on " +
+				"(ALTER SYSTEM SET autovacuum = on; SELECT pg_reload_conf())", nil})
+	}
+	return out
 }
 
 // lookaheads is the window of each enabled reconciler that looks ahead, for

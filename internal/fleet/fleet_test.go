@@ -2,11 +2,13 @@ package fleet
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -78,6 +80,42 @@ func TestPoolSessionSettings(t *testing.T) {
 			}
 			if got != tt.want {
 				t.Errorf("%s = %q on the %s pool, want %q", tt.setting, got, tt.pool, tt.want)
+			}
+		})
+	}
+}
+
+// TestServerWarnings: a fleet warns, once each, about a lock table below
+// FlowFabric's recommendation and about autovacuum off, and says nothing of
+// a healthy server. A regression lets a server with autovacuum off bloat
+// river_job by every job ever run without a word, or nags a healthy one.
+func TestServerWarnings(t *testing.T) {
+	t.Parallel()
+	healthy := store.ServerSettings{MaxLocksPerTransaction: 256, MaxConnections: 100, Autovacuum: true}
+	tests := []struct {
+		name string
+		edit func(*store.ServerSettings)
+		want []string // a word of each warning, in order
+	}{
+		{"Healthy", func(*store.ServerSettings) {}, nil},
+		{"SmallLockTable", func(s *store.ServerSettings) { s.MaxLocksPerTransaction = 64 }, []string{"max_locks_per_transaction"}},
+		{"AutovacuumOff", func(s *store.ServerSettings) { s.Autovacuum = false }, []string{"autovacuum is off"}},
+		{"Both", func(s *store.ServerSettings) { s.MaxLocksPerTransaction, s.Autovacuum = 64, false },
+			[]string{"max_locks_per_transaction", "autovacuum is off"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s := healthy
+			tt.edit(&s)
+			got := serverWarnings(s)
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d warnings %v; want %d", len(got), got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.Contains(got[i].msg, w) {
+					t.Errorf("warning %d %q; want it about %q", i, got[i].msg, w)
+				}
 			}
 		})
 	}
