@@ -26,6 +26,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/store"
 )
 
 // Config sizes the benchmark.
@@ -149,6 +150,8 @@ type env struct {
 	commit string
 	// noCheckpoint is set once CHECKPOINT was refused (see settle).
 	noCheckpoint bool
+	// server is the server's settings, read at setup, for the report.
+	server store.ServerSettings
 }
 
 // fleetConfig is the configuration of one process of ours.
@@ -184,7 +187,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer cleanup()
 
-	rep := &Report{Config: cfg, Machine: machine(), Started: time.Now()}
+	rep := &Report{Config: cfg, Machine: machine(), Server: e.server, Started: time.Now()}
 	if cfg.wants("throughput") {
 		for _, mode := range cfg.CommitModes {
 			e.commit = mode
@@ -309,6 +312,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 		return nil, nil, err
 	}
 	e.url = url
+	if e.server, err = readServer(ctx, url); err != nil {
+		return nil, nil, err
+	}
 	cleanup := func() {
 		e.close()
 		_ = adminExec(context.Background(), cfg.AdminURL,
@@ -485,4 +491,24 @@ func scenarios() []scenario {
 // latenessRuns lists the lateness benchmarks.
 func latenessRuns() []latenessRun {
 	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, attemptLateness}
+}
+
+// readServer reads the settings of the server of url.
+func readServer(ctx context.Context, url string) (store.ServerSettings, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return store.ServerSettings{}, fmt.Errorf("connect to %s: %w", dbconn.Redact(url), dbconn.Scrub(err, url))
+	}
+	defer conn.Close(ctx)
+	return store.ReadServerSettings(ctx, conn)
+}
+
+// ServerLine describes the server's settings that bear on the results, as a
+// sentence of the reports.
+func ServerLine(s store.ServerSettings) string {
+	av := "on"
+	if !s.Autovacuum {
+		av = "**off**"
+	}
+	return fmt.Sprintf("Server: PostgreSQL %s, autovacuum %s, max_locks_per_transaction %d.", s.Version, av, s.MaxLocksPerTransaction)
 }

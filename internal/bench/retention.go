@@ -260,8 +260,12 @@ func (e *env) retention(ctx context.Context) (RetentionResult, error) {
 	during.name = "lease expiry while retention trims"
 	during.prepare = func(ctx context.Context, e *env) error { return e.resetFrom(ctx, tmpl) }
 	during.configure = func(c *fleet.Config) {
+		// The lease stream's own fleet (every reconciler but attempt
+		// timeout, for which each of its expired leases is due too: two
+		// row jobs racing per row, twice the stream), plus retention.
+		leaseLateness.configure(c)
 		c.Retention = retentionAge
-		c.Reconcilers = nil // every reconciler, retention included
+		c.Reconcilers[workers.Retention.Name] = workers.Retention.Interval
 	}
 	during.afterStream = func(ctx context.Context, e *env) error {
 		left, err := e.remainingExpired(ctx)

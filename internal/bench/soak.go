@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/demo"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -48,6 +49,9 @@ type SoakResult struct {
 	Window   time.Duration
 	Fed      int
 	Windows  []SoakWindow
+	// Server is the server's settings: without autovacuum, river_job's
+	// size grows with every job whatever River's retention does.
+	Server store.ServerSettings
 }
 
 // lateObserver keeps lateness samples, by reconciler, until taken.
@@ -112,7 +116,10 @@ func Soak(ctx context.Context, cfg Config, rate int, duration, window time.Durat
 		return nil, err
 	}
 	defer cleanup()
-	res := &SoakResult{Rate: rate, Duration: duration, Window: window}
+	res := &SoakResult{Rate: rate, Duration: duration, Window: window, Server: e.server}
+	if !e.server.Autovacuum {
+		e.log.Warn("autovacuum is off on this server: river_job's size will grow with every job of the soak, and its bound cannot be judged")
+	}
 	obs := &lateObserver{}
 	fc := e.fleetConfig()
 	fc.Observer = obs
@@ -238,7 +245,7 @@ func (s *SoakResult) Markdown(command, machine string, started time.Time) string
 	p("item falls due a bounded number of times (a budget resets once), so the stream of row actions is steady. Per %s", s.Window)
 	p("window: lateness of applied row actions (deadline to commit), row")
 	p("actions applied, errors, `river_job` rows and total size, CPU in %% of one core (machine; Postgres, its processes;")
-	p("worker, this process, feeder included) and the worker's resident memory.")
+	p("worker, this process, feeder included) and the worker's resident memory. %s", ServerLine(s.Server))
 	p("")
 	p("| window end | rows | p50 | p99 | max | applied | errors | river_job rows | river_job size | machine CPU | Postgres CPU | worker CPU | worker RSS | Go heap |")
 	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -295,9 +302,16 @@ func (s *SoakResult) Markdown(command, machine string, started time.Time) string
 		// default) and is then steady: the last window is compared with
 		// the middle one, past that filling.
 		mid := s.Windows[n/2]
-		p("Aims: last window's p99 at most 1.2 × the first's (%s vs %s): %s; `river_job` bounded (largest %d rows; last %d against %d at %s): %s;",
+		// Its rows are bounded by River's completed-job retention, its
+		// size by autovacuum reusing the deleted jobs' space.
+		size := verdict(float64(last.RiverJobBytes) <= 1.2*float64(mid.RiverJobBytes))
+		if !s.Server.Autovacuum {
+			size += " (autovacuum is off on this server: nothing reuses the deleted jobs' space)"
+		}
+		p("Aims: last window's p99 at most 1.2 × the first's (%s vs %s): %s; `river_job` bounded: rows (largest %d; last %d against %d at %s): %s,",
 			last.P99.Round(time.Millisecond), first.P99.Round(time.Millisecond), verdict(float64(last.P99) <= 1.2*float64(first.P99)),
 			maxJobs, last.RiverJobs, mid.RiverJobs, mid.End, verdict(float64(last.RiverJobs) <= 1.2*float64(mid.RiverJobs)))
+		p("size (last %d MB against %d MB at %s): %s;", last.RiverJobBytes>>20, mid.RiverJobBytes>>20, mid.End, size)
 		p("RSS flat (%d MB to %d MB): %s; no errors (%d): %s.", first.WorkerRSS>>20, last.WorkerRSS>>20,
 			verdict(float64(last.WorkerRSS) <= 1.2*float64(first.WorkerRSS)), errs, verdict(errs == 0))
 		// Over all rows, p99 falls within the longest-interval
