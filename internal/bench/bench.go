@@ -312,7 +312,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 		return nil, nil, err
 	}
 	e.url = url
-	if e.server, err = readServer(ctx, url); err != nil {
+	// Server-wide settings: read through the admin URL, as the bench's
+	// own database does not exist before reset.
+	if e.server, err = readServer(ctx, cfg.AdminURL); err != nil {
 		return nil, nil, err
 	}
 	cleanup := func() {
