@@ -2,12 +2,16 @@ package workers
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -114,27 +118,26 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 		return nil
 	}
 
-	client := river.ClientFromContext[pgx.Tx](ctx)
-	tx, err := d.cfg.Pool.Begin(ctx)
-	if err != nil {
-		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: begin: %w", r.Name, partition, err)
+	var (
+		res       []*rivertype.JobInsertResult
+		continued bool
+	)
+	// The insert takes River's unique locks on row jobs that may be
+	// running, so it can deadlock with River's completer finishing one of
+	// them (seen once in a 30-minute soak). Postgres rolls back only this
+	// transaction; it is run again here at once, rather than failing the
+	// scan to River's retry seconds later, since its rows stay due.
+	for try := 1; ; try++ {
+		res, continued, err = enqueueRows(ctx, d, r, job, args, rows, params)
+		if err == nil || !isDeadlock(err) || try == scanTries || ctx.Err() != nil {
+			break
+		}
+		c.DeadlockRetries.Add(1)
+		d.log().Info("scan's insert deadlocked; running it again", "reconciler", r.Name, "partition", partition, "try", try)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-
-	// The transaction only inserts River jobs (and River's insert NOTIFY,
-	// which serialises every notifying commit in the database through its
-	// WAL flush). If a crash loses it, the rows are still due and a later
-	// tick scans them again, so it need not wait for the flush.
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
+	if err != nil {
 		c.Errors.Add(1)
 		return fmt.Errorf("%s scan of partition %d: %w", r.Name, partition, err)
-	}
-
-	res, err := client.InsertManyTx(ctx, tx, params)
-	if err != nil {
-		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: enqueue %d row jobs: %w", r.Name, partition, len(params), err)
 	}
 	inserted, ahead := 0, 0
 	for i, x := range res {
@@ -146,21 +149,6 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 		}
 	}
 
-	continued := false
-	if len(rows) >= limit && inserted > 0 {
-		last := rows[len(rows)-1]
-		next := jobs.ScanArgs{Partition: partition, Follows: args.Follows,
-			After: &jobs.ScanCursor{AtMs: last.AtMs, ID: last.ID, ID2: last.ID2, N: last.N}}
-		if err := continueInTx(ctx, tx, client, job, r.newScan(next)); err != nil {
-			c.Errors.Add(1)
-			return fmt.Errorf("%s scan of partition %d: %w", r.Name, partition, err)
-		}
-		continued = true
-	}
-	if err := tx.Commit(ctx); err != nil {
-		c.Errors.Add(1)
-		return fmt.Errorf("%s scan of partition %d: commit: %w", r.Name, partition, err)
-	}
 	// Only now can a fetch see the jobs enqueued ahead. A wake-up is asked
 	// for duplicates too: their job, maybe enqueued by another process, is
 	// due at the same time, and wake-ups of one granule are sent once.
@@ -184,6 +172,55 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	d.log().Debug("partition scanned", "reconciler", r.Name, "partition", partition,
 		"rows", len(rows), "enqueued", inserted, "enqueued_ahead", ahead, "already_queued", len(params)-inserted+knownQueued, "continued", continued)
 	return nil
+}
+
+// scanTries is how many times a scan runs its insert transaction when it
+// deadlocks.
+const scanTries = 3
+
+// isDeadlock reports whether err is Postgres's deadlock_detected.
+func isDeadlock(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "40P01"
+}
+
+// enqueueRows inserts a scan's row jobs (params, for rows) in one
+// transaction with, when the batch came back full and inserted a new job,
+// the scan's own completion and its continuation; it reports whether it
+// continued.
+func enqueueRows[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *river.Job[S], args jobs.ScanArgs, rows []store.DueRow, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, bool, error) {
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	tx, err := d.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+
+	// The transaction only inserts River jobs (and River's insert NOTIFY,
+	// which serialises every notifying commit in the database through its
+	// WAL flush). If a crash loses it, the rows are still due and a later
+	// tick scans them again, so it need not wait for the flush.
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
+		return nil, false, err
+	}
+	res, err := client.InsertManyTx(ctx, tx, params)
+	if err != nil {
+		return nil, false, fmt.Errorf("enqueue %d row jobs: %w", len(params), err)
+	}
+	continued := false
+	if len(rows) >= d.cfg.BatchSize && slices.ContainsFunc(res, func(x *rivertype.JobInsertResult) bool { return !x.UniqueSkippedAsDuplicate }) {
+		last := rows[len(rows)-1]
+		next := jobs.ScanArgs{Partition: args.Partition, Follows: args.Follows,
+			After: &jobs.ScanCursor{AtMs: last.AtMs, ID: last.ID, ID2: last.ID2, N: last.N}}
+		if err := continueInTx(ctx, tx, client, job, r.newScan(next)); err != nil {
+			return nil, false, err
+		}
+		continued = true
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, fmt.Errorf("commit: %w", err)
+	}
+	return res, continued, nil
 }
 
 // continueInTx completes job and enqueues next, its continuation, in tx:

@@ -35,6 +35,9 @@ type Counters struct {
 	// snoozed until it (clock skew, an ad-hoc promotion's "at").
 	Snoozes atomic.Int64
 	Errors  atomic.Int64 // ticks, scans or row actions that returned an error
+	// DeadlockRetries are scan inserts run again at once after Postgres
+	// chose them as a deadlock's victim.
+	DeadlockRetries atomic.Int64
 }
 
 // Snapshot is a copy of Counters for reporting.
@@ -55,6 +58,8 @@ type Snapshot struct {
 	Skipped        int64 `json:"skipped"`
 	Snoozes        int64 `json:"snoozes"`
 	Errors         int64 `json:"errors"`
+	// DeadlockRetries: see Counters.
+	DeadlockRetries int64 `json:"deadlock_retries"`
 }
 
 // Snapshot copies the counters.
@@ -63,7 +68,7 @@ func (c *Counters) Snapshot() Snapshot {
 		Ticks: c.Ticks.Load(), PartitionsDue: c.PartitionsDue.Load(), PartitionsBusy: c.PartitionsBusy.Load(), BusyRescans: c.BusyRescans.Load(), FollowUpScans: c.FollowUpScans.Load(), Scans: c.Scans.Load(),
 		Continuations: c.Continuations.Load(), Examined: c.Examined.Load(), Enqueued: c.Enqueued.Load(), EnqueuedAhead: c.EnqueuedAhead.Load(),
 		AlreadyQueued: c.AlreadyQueued.Load(), Applied: c.Applied.Load(), NoOps: c.NoOps.Load(),
-		Skipped: c.Skipped.Load(), Snoozes: c.Snoozes.Load(), Errors: c.Errors.Load(),
+		Skipped: c.Skipped.Load(), Snoozes: c.Snoozes.Load(), Errors: c.Errors.Load(), DeadlockRetries: c.DeadlockRetries.Load(),
 	}
 }
 

@@ -142,6 +142,7 @@ var statDescs = []struct {
 	{"actions_noop_total", "Row actions whose row no longer qualified under lock.", func(s workers.Snapshot) int64 { return s.NoOps }},
 	{"row_jobs_snoozed_total", "Row jobs that started before their row was due and snoozed until it.", func(s workers.Snapshot) int64 { return s.Snoozes }},
 	{"rows_skipped_total", "Rows or jobs skipped as malformed or invalid, with a warning.", func(s workers.Snapshot) int64 { return s.Skipped }},
+	{"scan_deadlock_retries_total", "Scan inserts run again at once after Postgres chose them as a deadlock's victim.", func(s workers.Snapshot) int64 { return s.DeadlockRetries }},
 	{"errors_total", "Ticks, scans and row actions that returned an error (River retries them).", func(s workers.Snapshot) int64 { return s.Errors }},
 }
 
