@@ -58,6 +58,8 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention must not be negative"},
 		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "retention 500ms is too short (minimum 1s; 0 turns it off)"},
 		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "outbox retention 10ms is too short"},
+		{"SubSecondReindexInterval", []string{"run", "--river-reindex-interval", "10ms"}, 2, "river reindex interval 10ms is too short (minimum 1s; 0 keeps River's daily reindex)"},
+		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "river reindex interval -1h0m0s is too short"},
 		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval must be positive"},
 		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention must not be negative"},
 	}

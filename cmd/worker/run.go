@@ -73,6 +73,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: only rows already due)")
 	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll; jobs waiting for their time are woken by the fleet itself, except with --poll-only")
 	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
+	f.Duration(&fc.ReindexInterval, "river-reindex-interval", "FF_RIVER_REINDEX_INTERVAL", 0, "how often River rebuilds river_job's indexes, whose GIN indexes grow with every job inserted (0: River's default, daily at midnight UTC)")
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
 	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")
 	f.String(&fc.ClientID, "client-id", "FF_CLIENT_ID", "", "name of this process in River (default: derived from the host name)")

@@ -135,6 +135,13 @@ type Config struct {
 	// river_job by every row ever reconciled. Defaults to
 	// DefaultCompletedJobRetention.
 	CompletedJobRetention time.Duration
+	// ReindexInterval is how often River's reindexer rebuilds river_job's
+	// indexes (REINDEX CONCURRENTLY, on the leader). Row jobs' args carry
+	// values no other job has, and a GIN index keeps an entry for every
+	// value it ever held, so river_job_args_index grows with the jobs
+	// inserted until rebuilt (docs/performance.md, "The soak: what
+	// grows"). Zero keeps River's default: daily at midnight UTC.
+	ReindexInterval time.Duration
 	// RescueStuckJobsAfter: a job left running by a killed process is
 	// retried after this, above the longest job timeout; River's rescuer
 	// runs every 30 s, so such a row is acted on within a minute instead of
@@ -302,6 +309,9 @@ func (c Config) validate() error {
 	}
 	if c.Lookahead > jobs.RiverSchedulerInterval {
 		return fmt.Errorf("lookahead %s is too long (at most %s; negative turns it off)", c.Lookahead, jobs.RiverSchedulerInterval)
+	}
+	if c.ReindexInterval < 0 || (c.ReindexInterval > 0 && c.ReindexInterval < time.Second) {
+		return fmt.Errorf("river reindex interval %s is too short (minimum 1s; 0 keeps River's daily reindex)", c.ReindexInterval)
 	}
 	if c.CompletedJobRetention < time.Second {
 		return fmt.Errorf("completed job retention %s is too short (minimum 1s)", c.CompletedJobRetention)
@@ -564,6 +574,10 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		// insert's notification still wakes it at once).
 		queues[jobs.QueueRetention] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: max(5*time.Second, cfg.FetchPollInterval)}
 	}
+	var reindex river.PeriodicSchedule // nil: River's daily schedule
+	if cfg.ReindexInterval > 0 {
+		reindex = river.PeriodicInterval(cfg.ReindexInterval)
+	}
 	client, err := river.NewClient(riverpgxv5.New(f.RiverPool), &river.Config{
 		Schema:                      cfg.RiverSchema,
 		ID:                          cfg.ClientID,
@@ -574,6 +588,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		JobTimeout:                  workers.RowTimeout,
 		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,
 		CompletedJobRetentionPeriod: cfg.CompletedJobRetention,
+		ReindexerSchedule:           reindex,
 		Hooks:                       set.Hooks(),
 		Middleware:                  middleware,
 		PeriodicJobs:                periodicJobs,
