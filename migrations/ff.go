@@ -117,6 +117,26 @@ var ffTables = []ffTable{
 		},
 	},
 	{
+		// The flow graph's edges: the dependency reconciler reads an
+		// upstream's outgoing edges and a downstream's siblings.
+		name:        "ff_edge",
+		partitioned: true,
+		columns: `
+    partition_key  smallint NOT NULL,
+    flow_id        uuid     NOT NULL,
+    edge_id        uuid     NOT NULL,
+    upstream_eid   uuid     NOT NULL,
+    downstream_eid uuid     NOT NULL,
+    policy         jsonb    NOT NULL,
+    policy_version integer  NOT NULL DEFAULT 0,
+    PRIMARY KEY (partition_key, flow_id, edge_id)`,
+		indexes: []string{
+			`CREATE INDEX ff_edge_downstream_idx ON ff_edge (partition_key, flow_id, downstream_eid) INCLUDE (upstream_eid, policy_version)`,
+			// A dispatch reads an upstream's outgoing edges through this index.
+			`CREATE INDEX ff_edge_upstream_idx ON ff_edge (partition_key, flow_id, upstream_eid)`,
+		},
+	},
+	{
 		name:        "ff_edge_group",
 		partitioned: true,
 		columns: `

@@ -33,6 +33,10 @@ type Due struct {
 	// Tenant: the tenant filter applies to these rows. A row whose
 	// execution is missing never passes a set filter.
 	Tenant bool
+	// TenantColumns: the filter reads the row's own namespace and
+	// instance_tag columns (the tag by value), not an execution's
+	// raw_fields: completion events, as FlowFabric filters them.
+	TenantColumns bool
 	// ExecInWhere: Where reads the execution (e), so the join is part of
 	// what makes a row due, not only of the tenant filter.
 	ExecInWhere bool
@@ -117,9 +121,17 @@ func (d *Due) where(p *params, f Filter) string {
 		b.WriteString(" AND " + d.Where)
 	}
 	if d.Tenant {
-		b.WriteString(f.sql(p, d.filterAlias()))
+		b.WriteString(d.filter(p, f))
 	}
 	return b.String()
+}
+
+// filter is the tenant filter's conditions over the rows.
+func (d *Due) filter(p *params, f Filter) string {
+	if d.TenantColumns {
+		return f.columnsSQL(p, "r")
+	}
+	return f.sql(p, d.filterAlias())
 }
 
 // probe is the per-partition probe of partition s.p for rows due by horizon
@@ -310,7 +322,7 @@ func (d *Due) Count(ctx context.Context, db DB, nowMs int64, f Filter, capRows i
 		if d.Where != "" {
 			where = " AND " + d.Where
 		}
-		pass := "COALESCE(" + exists + f.sql(&p, d.filterAlias()) + ", false)"
+		pass := "COALESCE(" + exists + d.filter(&p, f) + ", false)"
 		sql = `SELECT count(*) FILTER (WHERE pass), count(*) FILTER (WHERE NOT pass) FROM (
 		         SELECT ` + pass + ` AS pass FROM ` + from + ` WHERE ` + due + where + ` LIMIT ` + limit + `) x`
 	}
@@ -376,7 +388,7 @@ func (d *Due) Outside(ctx context.Context, db DB, partition int16, key DueRow, f
 	for i := range cols {
 		fmt.Fprintf(&match, " AND %s = %s", cols[i], vals[i])
 	}
-	filter := f.sql(&p, d.filterAlias())
+	filter := d.filter(&p, f)
 	var outside bool
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (SELECT 1 FROM `+d.From+` WHERE r.partition_key = $1`+match.String()+`)

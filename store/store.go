@@ -153,6 +153,21 @@ func (f Filter) sql(p *params, alias string) string {
 	return b.String()
 }
 
+// columnsSQL is the filter over a row that carries its tenant in columns of
+// its own, namespace and instance_tag, the tag by value (the key is not
+// stored): FlowFabric's completion events, filtered so by its dependency
+// reconciler. A NULL column never matches a set filter.
+func (f Filter) columnsSQL(p *params, alias string) string {
+	var b strings.Builder
+	if f.Namespace != "" {
+		fmt.Fprintf(&b, " AND %s.namespace = %s", alias, p.add(f.Namespace))
+	}
+	if f.TagKey != "" {
+		fmt.Fprintf(&b, " AND %s.instance_tag = %s", alias, p.add(f.TagValue))
+	}
+	return b.String()
+}
+
 // Beginner starts a transaction: *pgxpool.Pool, *pgx.Conn and pgx.Tx (a
 // savepoint) satisfy it.
 type Beginner interface {

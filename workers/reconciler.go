@@ -36,6 +36,9 @@ type Reconciler struct {
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int
+	// Behind, when set, is how long after their Due.At its rows fall due:
+	// its ticks and scans compare the rows with now less it (DueAt).
+	Behind func(Config) time.Duration
 	// Retained: its rows are due Config.Retention after their Due.At, and
 	// it runs only when Config.Retention is set (retention). It has no row
 	// jobs: its partition job acts on the rows itself.
@@ -134,11 +137,12 @@ func rowKey(x store.DueRow) string {
 func flowPartitions(c Config) int { return c.PartitionCount }
 
 // DueAt returns the time, in Unix ms, against which r's Due compares its
-// rows' deadlines at nowMs: nowMs itself, or for retention nowMs less the
-// retention (an execution is due once it has been terminal that long).
-func (r *Reconciler) DueAt(nowMs int64, retention time.Duration) int64 {
-	if r.Retained {
-		return nowMs - retention.Milliseconds()
+// rows' deadlines at nowMs: nowMs itself, or nowMs less r.Behind (for
+// retention the retention: an execution is due once it has been terminal
+// that long; for dependency the stale threshold).
+func (r *Reconciler) DueAt(nowMs int64, c Config) int64 {
+	if r.Behind != nil {
+		return nowMs - r.Behind(c).Milliseconds()
 	}
 	return nowMs
 }

@@ -20,6 +20,7 @@ var registry = []*Reconciler{
 	WaitpointExpiry,
 	BudgetReset,
 	WorkerRegistryTTL,
+	Dependency,
 	Retention,
 }
 

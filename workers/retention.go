@@ -30,6 +30,7 @@ var Retention = func() *Reconciler {
 		Interval: time.Minute,
 		Due:      store.TerminalExecutions,
 		Retained: true,
+		Behind:   func(c Config) time.Duration { return c.Retention },
 		Tables: append(append([]string{"ff_exec_core"}, store.RetentionSiblingTables.UUID...),
 			store.RetentionSiblingTables.Text...),
 		Partitions: flowPartitions,

@@ -57,7 +57,7 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	partition := args.Partition
 	limit := d.cfg.BatchSize
 	nowMs := store.NowMs()
-	boundMs := nowMs + d.lookahead(r).Milliseconds()
+	boundMs := r.DueAt(nowMs, d.cfg) + d.lookahead(r).Milliseconds()
 	rows, err := r.Due.Scan(ctx, d.cfg.Pool, partition, boundMs, toDueRow(args.After), limit, d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)

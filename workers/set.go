@@ -57,6 +57,9 @@ const (
 	DefaultRowStatements        = 2
 	DefaultBudgetPartitionCount = 32
 	DefaultOutboxBatchSize      = 10_000
+	// DefaultDependencyStaleThreshold is what FlowFabric's scanner
+	// supervisor passes its dependency reconciler (DEFAULT_DEP_STALE_MS).
+	DefaultDependencyStaleThreshold = 15 * time.Second
 )
 
 // Config is what the workers share.
@@ -137,6 +140,13 @@ type Config struct {
 	// OutboxBatchSize is the most events one outbox trim statement
 	// deletes. Defaults to DefaultOutboxBatchSize.
 	OutboxBatchSize int
+	// DependencyStaleThreshold: the dependency reconciler dispatches
+	// completion events committed longer ago than this, leaving younger
+	// ones to FlowFabric's own dispatcher. Negative means none: the fleet
+	// is the primary dispatcher and takes every undispatched event (the
+	// fleet then also wakes on FlowFabric's ff_completion notifications).
+	// Defaults to DefaultDependencyStaleThreshold.
+	DependencyStaleThreshold time.Duration
 }
 
 // Observer receives measurements the counters cannot carry.
@@ -171,6 +181,7 @@ func (c Config) WithDefaults() Config {
 	c.RowBatch = cmp.Or(c.RowBatch, DefaultRowBatch)
 	c.RowStatements = cmp.Or(c.RowStatements, DefaultRowStatements)
 	c.OutboxBatchSize = cmp.Or(c.OutboxBatchSize, DefaultOutboxBatchSize)
+	c.DependencyStaleThreshold = cmp.Or(c.DependencyStaleThreshold, DefaultDependencyStaleThreshold)
 	return c
 }
 

@@ -70,6 +70,8 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.String(&fc.SynchronousCommit, "synchronous-commit", "FF_SYNCHRONOUS_COMMIT", "on", "synchronous_commit of the reconcilers' own transactions (on, off, …); off trades crash durability for throughput (see docs/design.md)")
 	f.String(&fc.RiverSynchronousCommit, "river-synchronous-commit", "FF_RIVER_SYNCHRONOUS_COMMIT", "off", "synchronous_commit of River's own bookkeeping (job fetch, completion, leadership): a state lost in a crash only re-runs a job")
 	f.Duration(&fc.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "least time between two fetches of row jobs")
+	f.Duration(&fc.DependencyStaleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold,
+		"dependency dispatches completion events undispatched this long after their commit, as FlowFabric's supervisor does (0: at once, woken by FlowFabric's ff_completion notification: the fleet is the primary dispatcher)")
 	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: only rows already due)")
 	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll; jobs waiting for their time are woken by the fleet itself, except with --poll-only")
 	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
@@ -111,6 +113,12 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		if c.d < 0 {
 			return nil, badUsage("--%s must not be negative, got %s (0 turns it off)", c.flag, c.d)
 		}
+	}
+	switch {
+	case fc.DependencyStaleThreshold < 0:
+		return nil, badUsage("--dependency-stale-threshold must not be negative, got %s (0: dispatch at once)", fc.DependencyStaleThreshold)
+	case fc.DependencyStaleThreshold == 0:
+		fc.DependencyStaleThreshold = -1 // fleet.Config's "none"
 	}
 	if fc.OutboxRetentionInterval <= 0 {
 		return nil, badUsage("--outbox-retention-interval must be positive, got %s", fc.OutboxRetentionInterval)

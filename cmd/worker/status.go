@@ -121,7 +121,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 		dsn, schema, instanceTag, format string
 		filter                           store.Filter
 		top                              int
-		retention                        time.Duration
+		retention, staleThreshold        time.Duration
 	)
 	f := newFlagSet("status", statusSummary)
 	databaseURLFlag(f, &dsn)
@@ -129,6 +129,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	f.String(&filter.Namespace, "namespace", "FF_NAMESPACE", "", "only count executions of this namespace (raw_fields.namespace), as `worker run` does")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
 	f.Duration(&retention, "retention", "FF_RETENTION", 0, "count terminal executions older than this as due for retention, as `worker run --retention` does (default 0: retention not shown)")
+	f.Duration(&staleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold, "count completion events undispatched for longer than this as due for dependency, as `worker run` does (0: every undispatched event)")
 	f.Int(&top, "top", "FF_STATUS_TOP", 3, "partitions to show per reconciler, most due rows first (0 hides them)")
 	f.String(&format, "format", "FF_STATUS_FORMAT", "text", "output format: text or json (one document)")
 	if err := f.parse(args, stdout); err != nil {
@@ -146,6 +147,9 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	}
 	if retention < 0 {
 		return badUsage("--retention must not be negative, got %s", retention)
+	}
+	if staleThreshold < 0 {
+		return badUsage("--dependency-stale-threshold must not be negative, got %s", staleThreshold)
 	}
 	if top < 0 || top > jobs.PartitionCount {
 		return badUsage("--top must be in 0..%d, got %d", jobs.PartitionCount, top)
@@ -174,7 +178,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	// would, before reporting it.
 	var rep *statusReport
 	for attempt := 1; ; attempt++ {
-		rep, err = readStatus(ctx, pool, schema, filter, top, retention)
+		rep, err = readStatus(ctx, pool, schema, filter, top, retention, staleThreshold)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == statusAttempts || !errors.As(err, &pgErr) || pgErr.Code != "53200" { // out_of_memory, which "out of shared memory" is
 			break
@@ -205,7 +209,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 // readStatus gathers the report. The schema checks come first so that a
 // database that was never migrated fails with what to run, not with the
 // first query's "relation does not exist".
-func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, top int, retention time.Duration) (*statusReport, error) {
+func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
 	ok, err := store.RiverSchemaExists(ctx, db, schema)
 	if err != nil {
 		return nil, err
@@ -230,7 +234,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 		if r.Retained && retention <= 0 {
 			continue
 		}
-		now := r.DueAt(now, retention)
+		now := r.DueAt(now, workers.Config{Retention: retention, DependencyStaleThreshold: staleThreshold})
 		dc, err := r.Due.Count(ctx, db, now, filter, statusDueCap)
 		if err != nil {
 			return nil, err

@@ -25,6 +25,7 @@ import (
 	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/flowfabric/ffreconcile/internal/completionwake"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fetchwake"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
@@ -61,6 +62,13 @@ type Config struct {
 	// events already dispatched, older than this are deleted. Defaults to
 	// none (off).
 	OutboxRetention time.Duration
+	// DependencyStaleThreshold: the dependency reconciler dispatches
+	// completion events committed longer ago than this, leaving younger
+	// ones to FlowFabric's engine. Negative means none: the fleet is the
+	// primary dispatcher, woken by FlowFabric's ff_completion notification
+	// for each event committed. Defaults to
+	// workers.DefaultDependencyStaleThreshold (FlowFabric's supervisor's).
+	DependencyStaleThreshold time.Duration
 	// OutboxRetentionInterval is how often the outbox trim runs. Defaults
 	// to workers.OutboxRetentionInterval.
 	OutboxRetentionInterval time.Duration
@@ -217,6 +225,10 @@ type Fleet struct {
 	// Waker wakes the row queue's producers when row jobs enqueued ahead
 	// fall due; nil with PollOnly (no notification reaches River then).
 	Waker *fetchwake.Waker
+	// Completions enqueues the dispatch of each completion event FlowFabric
+	// notifies, when the fleet is the primary dispatcher (a dependency
+	// stale threshold of none); nil otherwise.
+	Completions *completionwake.Listener
 
 	// handoff starts the ticks at once when this process ends a River
 	// leadership: a dead leader's (takeover) or its own (Stop); nil with
@@ -224,6 +236,8 @@ type Fleet struct {
 	handoff *handoff
 
 	stopWaker func() // stops the waker's goroutine and waits for it
+	// stopCompletions stops the completion listener and waits for it.
+	stopCompletions func()
 	// stopBeat stops the heartbeat's goroutine, which deletes the
 	// process's row, and waits for it.
 	stopBeat func()
@@ -262,6 +276,7 @@ func (c Config) WithDefaults() Config {
 	c.CompletedJobRetention = cmp.Or(c.CompletedJobRetention, DefaultCompletedJobRetention)
 	c.RescueStuckJobsAfter = cmp.Or(c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
 	c.Lookahead = cmp.Or(c.Lookahead, DefaultLookahead)
+	c.DependencyStaleThreshold = cmp.Or(c.DependencyStaleThreshold, workers.DefaultDependencyStaleThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -500,7 +515,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
-		Retention: cfg.Retention,
+		Retention: cfg.Retention, DependencyStaleThreshold: cfg.DependencyStaleThreshold,
 	})
 	var wake func(time.Time)
 	if !cfg.PollOnly {
@@ -518,22 +533,23 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		}, func() float64 { return float64(w.Sent()) }))
 	}
 	set, err := workers.New(workers.Config{
-		Pool:                 f.WorkPool,
-		TickPool:             f.TickPool,
-		Filter:               cfg.Filter,
-		BatchSize:            cfg.BatchSize,
-		PartitionCount:       cfg.PartitionCount,
-		BudgetPartitionCount: cfg.BudgetPartitionCount,
-		RiverSchema:          cfg.RiverSchema,
-		Logger:               cfg.Logger,
-		Stats:                stats,
-		Observer:             observers{f.Metrics, cfg.Observer},
-		RowBatch:             cfg.RowBatch,
-		RowStatements:        cfg.RowStatements,
-		Lookahead:            lookaheads(cfg.Reconcilers, cfg.Lookahead),
-		Wake:                 wake,
-		Retention:            cfg.Retention,
-		OutboxRetention:      cfg.OutboxRetention,
+		Pool:                     f.WorkPool,
+		TickPool:                 f.TickPool,
+		Filter:                   cfg.Filter,
+		BatchSize:                cfg.BatchSize,
+		PartitionCount:           cfg.PartitionCount,
+		BudgetPartitionCount:     cfg.BudgetPartitionCount,
+		RiverSchema:              cfg.RiverSchema,
+		Logger:                   cfg.Logger,
+		Stats:                    stats,
+		Observer:                 observers{f.Metrics, cfg.Observer},
+		RowBatch:                 cfg.RowBatch,
+		RowStatements:            cfg.RowStatements,
+		Lookahead:                lookaheads(cfg.Reconcilers, cfg.Lookahead),
+		Wake:                     wake,
+		Retention:                cfg.Retention,
+		OutboxRetention:          cfg.OutboxRetention,
+		DependencyStaleThreshold: cfg.DependencyStaleThreshold,
 	})
 	if err != nil {
 		return err
@@ -599,6 +615,23 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		return fmt.Errorf("river client: %w", err)
 	}
 	f.Client = client
+	if _, on := cfg.Reconcilers[workers.Dependency.Name]; on && cfg.DependencyStaleThreshold < 0 && !cfg.PollOnly {
+		l, err := completionwake.New(completionwake.Config{
+			Pool: f.WorkPool, Filter: cfg.Filter, Logger: cfg.Logger,
+			Enqueue: func(ctx context.Context, events []store.EventKey) error {
+				params := make([]river.InsertManyParams, len(events))
+				for i, e := range events {
+					params[i] = river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: e.Partition, EventID: e.EventID}}
+				}
+				_, err := client.InsertMany(ctx, params)
+				return err
+			},
+		})
+		if err != nil {
+			return err
+		}
+		f.Completions = l
+	}
 	if !cfg.DisableTakeover {
 		taker, err := takeover.New(takeover.Config{Client: client, DB: f.RiverPool, Wake: wake, Logger: cfg.Logger})
 		if err != nil {
@@ -753,6 +786,12 @@ func (f *Fleet) Start(ctx context.Context) error {
 		go func() { defer close(done); f.Waker.Run(wctx) }()
 		f.stopWaker = func() { cancel(); <-done }
 	}
+	if f.Completions != nil && f.stopCompletions == nil {
+		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); f.Completions.Run(lctx) }()
+		f.stopCompletions = func() { cancel(); <-done; f.stopCompletions = nil }
+	}
 	// River treats the end of Start's context as StopAndCancel: every
 	// running job's context ends at once. The fleet stops through Stop
 	// only, which gives running jobs their time first (a signal ending
@@ -771,6 +810,11 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	}
 	if f.stopWaker != nil {
 		defer f.stopWaker()
+	}
+	// No new dispatch jobs once stopping: events notified from now on wait
+	// for the next process's listener or tick.
+	if f.stopCompletions != nil {
+		f.stopCompletions()
 	}
 	handOff := f.handoff != nil && f.handoff.leadsWithOthers(ctx)
 	if err := f.Client.Stop(ctx); err != nil {
@@ -791,6 +835,9 @@ func (f *Fleet) Stop(ctx context.Context) error {
 // Close stops the waker and the heartbeat if Stop did not, then closes the
 // pools.
 func (f *Fleet) Close() {
+	if f.stopCompletions != nil {
+		f.stopCompletions()
+	}
 	if f.stopWaker != nil {
 		f.stopWaker()
 	}

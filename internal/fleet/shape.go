@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // shape is what a configuration decides about the jobs of a River schema:
@@ -29,6 +30,9 @@ type shape struct {
 	Lookahead            string            `json:"lookahead"`
 	Retention            string            `json:"retention,omitempty"`
 	OutboxRetention      string            `json:"outbox_retention,omitempty"`
+	// DependencyStale is the dependency reconciler's stale threshold ("0s"
+	// as the primary dispatcher), when it runs.
+	DependencyStale string `json:"dependency_stale_threshold,omitempty"`
 }
 
 // shape returns c's shape; c has its defaults applied.
@@ -46,6 +50,9 @@ func (c Config) shape() shape {
 	}
 	if c.OutboxRetention > 0 {
 		s.OutboxRetention = c.OutboxRetention.String() + " every " + c.OutboxRetentionInterval.String()
+	}
+	if _, on := c.Reconcilers[workers.Dependency.Name]; on {
+		s.DependencyStale = max(c.DependencyStaleThreshold, 0).String()
 	}
 	if c.Filter.TagKey != "" {
 		s.InstanceTag = c.Filter.TagKey + "=" + c.Filter.TagValue
@@ -89,6 +96,7 @@ func (s shape) diff(other shape) string {
 	add("lookahead", s.Lookahead, other.Lookahead)
 	add("retention", s.Retention, other.Retention)
 	add("outbox retention", s.OutboxRetention, other.OutboxRetention)
+	add("dependency stale threshold", s.DependencyStale, other.DependencyStale)
 	return strings.Join(out, "; ")
 }
 

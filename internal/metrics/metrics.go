@@ -42,6 +42,10 @@ type Config struct {
 	// it are due for retention. Defaults to none: retention's due gauge is
 	// not exported.
 	Retention time.Duration
+	// DependencyStaleThreshold is the dependency reconciler's stale
+	// threshold: completion events committed longer ago are due (see
+	// workers.Config.DependencyStaleThreshold).
+	DependencyStaleThreshold time.Duration
 }
 
 // Metrics is a registry with the fleet's collectors.
@@ -234,7 +238,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-		dc, err := r.Due.Count(ctx, c.cfg.Pool, r.DueAt(now, c.cfg.Retention), c.cfg.Filter, c.cfg.DueCap)
+		dc, err := r.Due.Count(ctx, c.cfg.Pool, r.DueAt(now, workers.Config{Retention: c.cfg.Retention, DependencyStaleThreshold: c.cfg.DependencyStaleThreshold}), c.cfg.Filter, c.cfg.DueCap)
 		cancel()
 		if err != nil {
 			c.cfg.Logger.Warn("metrics: count due rows", "reconciler", r.Name, "error", err)

@@ -1,0 +1,121 @@
+package fftest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// Link stages a downstream's dependencies as FlowFabric's
+// apply_dependency_to_child does: one ff_edge per upstream, all with policy
+// (JSON text), and the downstream's ff_edge_group with that policy and
+// running_count the number of upstreams.
+func Link(t testing.TB, db store.DB, partition int16, flowID, policy, downstream string, upstreams ...string) {
+	t.Helper()
+	for _, up := range upstreams {
+		InsertEdge(t, db, partition, flowID, up, downstream, policy)
+	}
+	InsertGroup(t, db, Group{Partition: partition, FlowID: flowID, DownstreamEID: downstream, Policy: policy,
+		Running: int32(len(upstreams))})
+}
+
+// InsertEdge inserts one ff_edge from upstream to downstream.
+func InsertEdge(t testing.TB, db store.DB, partition int16, flowID, upstream, downstream, policy string) {
+	t.Helper()
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+		VALUES ($1, $2, $3, $4, $5, $6::jsonb)`, partition, flowID, NewUUID(), upstream, downstream, policy); err != nil {
+		t.Fatalf("insert ff_edge: %v", err)
+	}
+}
+
+// Group is an ff_edge_group row with its counters.
+type Group struct {
+	Partition             int16
+	FlowID, DownstreamEID string
+	Policy                string // JSON text
+	Success, Fail, Skip   int32
+	Running               int32
+	Flag                  bool
+	Members               []string
+}
+
+// InsertGroup inserts g.
+func InsertGroup(t testing.TB, db store.DB, g Group) {
+	t.Helper()
+	if g.Members == nil {
+		g.Members = []string{}
+	}
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, success_count, fail_count, skip_count,
+		       running_count, cancel_siblings_pending_flag, cancel_siblings_pending_members)
+		VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10)`,
+		g.Partition, g.FlowID, g.DownstreamEID, g.Policy, g.Success, g.Fail, g.Skip, g.Running, g.Flag, g.Members); err != nil {
+		t.Fatalf("insert ff_edge_group: %v", err)
+	}
+}
+
+// ReadGroup reads an edge group back; it fails the test when it is missing.
+func ReadGroup(t testing.TB, db store.DB, partition int16, flowID, downstream string) Group {
+	t.Helper()
+	g := Group{Partition: partition, FlowID: flowID, DownstreamEID: downstream}
+	if err := db.QueryRow(context.Background(), `
+		SELECT policy::text, success_count, fail_count, skip_count, running_count, cancel_siblings_pending_flag,
+		       cancel_siblings_pending_members
+		  FROM ff_edge_group WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`,
+		partition, flowID, downstream).Scan(&g.Policy, &g.Success, &g.Fail, &g.Skip, &g.Running, &g.Flag, &g.Members); err != nil {
+		t.Fatalf("read ff_edge_group %d/%s/%s: %v", partition, flowID, downstream, err)
+	}
+	return g
+}
+
+// Completion is an ff_completion_event row to insert.
+type Completion struct {
+	Partition   int16
+	ExecutionID string
+	FlowID      string // "": NULL (a standalone execution)
+	Outcome     string
+	Namespace   *string
+	InstanceTag *string
+	// CommittedAtMs overrides the column's default (the database clock at
+	// insert) when set.
+	CommittedAtMs int64
+}
+
+// InsertCompletion inserts c undispatched and returns its event id.
+func InsertCompletion(t testing.TB, db store.DB, c Completion) int64 {
+	t.Helper()
+	var flow any
+	if c.FlowID != "" {
+		flow = c.FlowID
+	}
+	var id int64
+	if err := db.QueryRow(context.Background(), `
+		INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms,
+		       committed_at_ms)
+		VALUES ($1, $2, $3, $4, $5, $6, 1, COALESCE(NULLIF($7::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000)::bigint))
+		RETURNING event_id`, c.Partition, c.ExecutionID, flow, c.Outcome, c.Namespace, c.InstanceTag, c.CommittedAtMs).Scan(&id); err != nil {
+		t.Fatalf("insert ff_completion_event: %v", err)
+	}
+	return id
+}
+
+// Dispatched reports whether a completion event is claimed
+// (dispatched_at_ms set); it fails the test when the event is missing.
+func Dispatched(t testing.TB, db store.DB, partition int16, eventID int64) bool {
+	t.Helper()
+	var d bool
+	if err := db.QueryRow(context.Background(), `SELECT dispatched_at_ms IS NOT NULL FROM ff_completion_event
+		 WHERE partition_key = $1 AND event_id = $2`, partition, eventID).Scan(&d); err != nil {
+		t.Fatalf("read ff_completion_event %d/%d: %v", partition, eventID, err)
+	}
+	return d
+}
+
+// Blocked is a downstream waiting on its dependencies, as FlowFabric stages
+// one.
+func Blocked(partition int16, flowID string) Exec {
+	return Exec{Partition: partition, FlowID: flowID, LifecyclePhase: "blocked", OwnershipState: "unowned",
+		EligibilityState: "blocked_by_dependencies", PublicState: "waiting", AttemptState: "pending"}
+}
