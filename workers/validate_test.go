@@ -52,6 +52,8 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindBudgetReset, jobs.QueueRows, `, "budget_id": "b-1"`},
 		{jobs.KindWorkerRegistryTTLScan, jobs.QueueControl, ``},
 		{jobs.KindWorkerSweep, jobs.QueueRows, `, "namespace": "default", "worker_instance_id": "w-1"`},
+		{jobs.KindDependencyScan, jobs.QueueControl, ``},
+		{jobs.KindDependencyDispatch, jobs.QueueRows, `, "event_id": 7`},
 		{jobs.KindRetentionTrim, jobs.QueueRetention, ``},
 	}
 	// Every reconciler's scan and row kinds are here, or a new reconciler

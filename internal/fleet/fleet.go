@@ -62,6 +62,10 @@ type Config struct {
 	// events already dispatched, older than this are deleted. Defaults to
 	// none (off).
 	OutboxRetention time.Duration
+	// CompletionsListening, when set, is called each time the completion
+	// listener (primary mode) starts listening: a test signal, since
+	// notifications before it reach nobody.
+	CompletionsListening func()
 	// DependencyStaleThreshold: the dependency reconciler dispatches
 	// completion events committed longer ago than this, leaving younger
 	// ones to FlowFabric's engine. Negative means none: the fleet is the
@@ -617,7 +621,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	f.Client = client
 	if _, on := cfg.Reconcilers[workers.Dependency.Name]; on && cfg.DependencyStaleThreshold < 0 && !cfg.PollOnly {
 		l, err := completionwake.New(completionwake.Config{
-			Pool: f.WorkPool, Filter: cfg.Filter, Logger: cfg.Logger,
+			Pool: f.WorkPool, Filter: cfg.Filter, Logger: cfg.Logger, Listening: cfg.CompletionsListening,
 			Enqueue: func(ctx context.Context, events []store.EventKey) error {
 				params := make([]river.InsertManyParams, len(events))
 				for i, e := range events {
