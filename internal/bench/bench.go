@@ -77,7 +77,7 @@ type Config struct {
 	WorkerBinary string
 
 	// Sections limits the run to some of: throughput, lateness, failover,
-	// idle, scale, retention.
+	// idle, scale, retention, dependency.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -256,6 +256,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return rep, fmt.Errorf("scale: %w", err)
 		}
 		rep.Scale = res
+	}
+	if cfg.wants("dependency") {
+		res, err := e.dependency(ctx)
+		rep.Dependency = res
+		if err != nil {
+			return rep, fmt.Errorf("dependency: %w", err)
+		}
 	}
 	if cfg.wants("retention") {
 		res, err := e.retention(ctx)

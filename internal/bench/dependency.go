@@ -1,0 +1,507 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// DependencyResult is the dependency section: dispatch throughput against
+// FlowFabric's loop and a set-based floor on the same data, how long a chain
+// of skips takes to drain, and commit → dispatch lateness with the fleet as
+// the primary dispatcher.
+type DependencyResult struct {
+	Events, Edges int
+	// Events per second (each with its edges), first tick → last dispatch.
+	Ours, FFLoop, SetBased float64
+	OursCPU, FFCPU, SetCPU CPUCost
+	OursStats              string
+	ChainHops              int
+	ChainOurs, ChainFF     time.Duration
+	ChainFFInterval        time.Duration // interval and threshold FlowFabric's loop ran with
+	PrimaryEvents          int
+	PrimaryRate            int
+	PrimaryP50, PrimaryP99 time.Duration
+	PrimaryMax             time.Duration
+	PrimaryStats           string
+}
+
+// seedDependency inserts n undispatched completion events committed an hour
+// ago, each of an upstream with 1-3 edges (2 on average) to downstreams of
+// its own flow blocked on an all_of group of that one upstream, over every
+// partition; and notDue events already dispatched.
+func seedDependency(ctx context.Context, e *env, n, notDue int) (edges int, err error) {
+	err = e.pool.QueryRow(ctx, `
+		WITH ev AS (
+		    SELECT g, (g % 256)::smallint AS p, gen_random_uuid() AS flow, gen_random_uuid() AS up, 1 + g % 3 AS k
+		      FROM generate_series(1, $1) AS g
+		), downs AS (
+		    SELECT ev.p, ev.flow, ev.up, gen_random_uuid() AS down FROM ev, generate_series(1, ev.k) AS j
+		), ux AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
+		    SELECT p, up, flow, 'bench', 'terminal', 'unowned', 'not_applicable', 'completed', 'attempt_terminal', 1,
+		           '{"namespace": "bench"}'::jsonb FROM ev
+		), dx AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
+		    SELECT p, down, flow, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1,
+		           '{"namespace": "bench"}'::jsonb FROM downs
+		), ed AS (
+		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+		    SELECT p, flow, gen_random_uuid(), up, down, '{"kind": "all_of"}' FROM downs
+		), gr AS (
+		    INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
+		    SELECT p, flow, down, '{"kind": "all_of"}', 1 FROM downs
+		), ce AS (
+		    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms)
+		    SELECT p, up, flow, 'success', 1, $2 FROM ev
+		)
+		SELECT count(*) FROM downs`, n, store.NowMs()-time.Hour.Milliseconds()).Scan(&edges)
+	if err != nil {
+		return 0, fmt.Errorf("seed completion events: %w", err)
+	}
+	if notDue > 0 {
+		if _, err := e.pool.Exec(ctx, `
+			INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms, dispatched_at_ms)
+			SELECT (g % 256)::smallint, gen_random_uuid(), gen_random_uuid(), 'success', 1, $2, $2 FROM generate_series(1, $1) AS g`,
+			notDue, store.NowMs()-time.Hour.Milliseconds()); err != nil {
+			return 0, fmt.Errorf("seed dispatched events: %w", err)
+		}
+	}
+	return edges, nil
+}
+
+func undispatched(ctx context.Context, db store.DB) (int, error) {
+	var n int
+	err := db.QueryRow(ctx, `SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL`).Scan(&n)
+	return n, err
+}
+
+// dependency runs the section.
+func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
+	n, notDue := e.cfg.Due, e.cfg.Due*e.cfg.NotDueFactor
+	res := DependencyResult{Events: n}
+	prepare := func() error {
+		if err := e.reset(ctx); err != nil {
+			return err
+		}
+		edges, err := seedDependency(ctx, e, n, notDue)
+		if err != nil {
+			return err
+		}
+		res.Edges = edges
+		return e.settle(ctx, false)
+	}
+	remaining := func(ctx context.Context) (int, error) { return undispatched(ctx, e.pool) }
+
+	// (ours) one fleet process, every reconciler on.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	e.progress("dependency: ours (%d events, %d edges)", n, res.Edges)
+	rate, stats, cpu, err := e.runOurs(ctx, e.fleetConfig(), workers.Dependency.Name, n, remaining)
+	if err != nil {
+		return res, err
+	}
+	res.Ours, res.OursStats, res.OursCPU = rate, stats, cpu
+
+	// (a) FlowFabric's reconcile_tick and dispatch_completion as written.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	if err := warm(ctx, e.pool, 2, workers.Dependency.Name); err != nil {
+		return res, err
+	}
+	e.progress("dependency: FlowFabric's loop")
+	s := sampleCPU()
+	start := time.Now()
+	for {
+		left, err := e.ffDependencyTick(ctx, 15*time.Second)
+		if err != nil {
+			return res, err
+		}
+		if left == 0 {
+			break
+		}
+	}
+	res.FFLoop, res.FFCPU = float64(n)/time.Since(start).Seconds(), s.per(n)
+
+	// (c) set-based, one statement per partition (all_of groups of one
+	// upstream, this data's shape).
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	if err := warm(ctx, e.pool, 2, workers.Dependency.Name); err != nil {
+		return res, err
+	}
+	e.progress("dependency: set-based")
+	s = sampleCPU()
+	start = time.Now()
+	now := store.NowMs()
+	for p := range int16(jobs.PartitionCount) {
+		if _, err := e.pool.Exec(ctx, setBasedDispatchSQL, p, now); err != nil {
+			return res, fmt.Errorf("set-based dispatch of partition %d: %w", p, err)
+		}
+	}
+	if left, err := remaining(ctx); err != nil || left != 0 {
+		return res, fmt.Errorf("set-based left %d events (%v)", left, err)
+	}
+	res.SetBased, res.SetCPU = float64(n)/time.Since(start).Seconds(), s.per(n)
+	e.progress("dependency: ours %.0f/s, FlowFabric %.0f/s, set %.0f/s; CPU per event ours %s, FlowFabric %s, set %s",
+		res.Ours, res.FFLoop, res.SetBased, res.OursCPU, res.FFCPU, res.SetCPU)
+
+	if err := e.dependencyChain(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := e.dependencyPrimary(ctx, &res); err != nil {
+		return res, err
+	}
+	return res, e.reset(ctx)
+}
+
+// setBasedDispatchSQL claims a partition's due events and advances their
+// all_of groups in one statement. $1 partition, $2 now.
+const setBasedDispatchSQL = `
+WITH c AS (
+    UPDATE ff_completion_event SET dispatched_at_ms = $2
+     WHERE partition_key = $1 AND dispatched_at_ms IS NULL AND committed_at_ms < $2
+    RETURNING execution_id, flow_id, outcome
+), e AS (
+    SELECT e.flow_id, e.downstream_eid, count(*) FILTER (WHERE c.outcome = 'success') AS s, count(*) AS n
+      FROM c JOIN ff_edge e ON e.partition_key = $1 AND e.flow_id = c.flow_id AND e.upstream_eid = c.execution_id
+     GROUP BY 1, 2
+), g AS (
+    UPDATE ff_edge_group g SET success_count = g.success_count + e.s, fail_count = g.fail_count + e.n - e.s,
+           running_count = greatest(g.running_count - e.n, 0)
+      FROM e WHERE g.partition_key = $1 AND g.flow_id = e.flow_id AND g.downstream_eid = e.downstream_eid
+    RETURNING g.downstream_eid, g.success_count = g.success_count + g.fail_count + g.skip_count + g.running_count AS ok
+)
+UPDATE ff_exec_core x SET eligibility_state = 'eligible_now',
+       lifecycle_phase = CASE WHEN x.lifecycle_phase = 'blocked' THEN 'runnable' ELSE x.lifecycle_phase END
+  FROM g WHERE x.partition_key = $1 AND x.execution_id = g.downstream_eid AND g.ok
+   AND x.lifecycle_phase NOT IN ('terminal', 'cancelled')`
+
+// ffDependencyTick is FlowFabric's reconcile_tick (reconcilers/
+// dependency.rs): one global scan of up to 1,000 events older than the
+// threshold, event_id order, then dispatch_completion for each, one after
+// another. It returns the undispatched events left.
+func (e *env) ffDependencyTick(ctx context.Context, threshold time.Duration) (int, error) {
+	rows, err := e.pool.Query(ctx, `SELECT event_id FROM ff_completion_event
+		 WHERE dispatched_at_ms IS NULL AND committed_at_ms < $1 ORDER BY event_id ASC LIMIT 1000`,
+		store.NowMs()-threshold.Milliseconds())
+	if err != nil {
+		return 0, fmt.Errorf("FlowFabric's dependency scan: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		if err := e.ffDispatchCompletion(ctx, id); err != nil {
+			return 0, err
+		}
+	}
+	return undispatched(ctx, e.pool)
+}
+
+// ffDispatchCompletion is FlowFabric's dispatch_completion (dispatch.rs):
+// the claim in its own autocommit statement, the edges, then each hop in a
+// SERIALIZABLE transaction of its own, retried up to three times on
+// contention. Only the all_of path the section's data takes, and the
+// impossible path of the chain, are written out.
+func (e *env) ffDispatchCompletion(ctx context.Context, id int64) error {
+	var (
+		p             int16
+		exec, outcome string
+		flow          *string
+	)
+	err := e.pool.QueryRow(ctx, `UPDATE ff_completion_event SET dispatched_at_ms = $2
+		 WHERE event_id = $1 AND dispatched_at_ms IS NULL
+		 RETURNING partition_key, execution_id::text, flow_id::text, outcome`, id, store.NowMs()).Scan(&p, &exec, &flow, &outcome)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && flow == nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("FlowFabric's claim: %w", err)
+	}
+	rows, err := e.pool.Query(ctx, `SELECT downstream_eid::text FROM ff_edge WHERE partition_key = $1 AND flow_id = $2 AND upstream_eid = $3`,
+		p, *flow, exec)
+	if err != nil {
+		return err
+	}
+	downs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, d := range downs {
+		for try := 0; ; try++ {
+			err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+				return ffHop(ctx, tx, p, *flow, d, outcome)
+			})
+			var pgErr *pgconn.PgError
+			if err == nil {
+				break
+			}
+			if !errors.As(err, &pgErr) || !slices.Contains([]string{"40001", "40P01", "55P03"}, pgErr.Code) || try == 2 {
+				return fmt.Errorf("FlowFabric's hop: %w", err)
+			}
+			time.Sleep(time.Duration(5<<try) * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// ffHop is FlowFabric's advance_edge_group for all_of groups.
+func ffHop(ctx context.Context, tx pgx.Tx, p int16, flow, down, outcome string) error {
+	var s, f, k, r int32
+	err := tx.QueryRow(ctx, `SELECT success_count, fail_count, skip_count, running_count FROM ff_edge_group
+		 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3 FOR UPDATE`, p, flow, down).Scan(&s, &f, &k, &r)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r > 0 {
+		r--
+	}
+	switch outcome {
+	case "success":
+		s++
+	case "skipped":
+		k++
+	default:
+		f++
+	}
+	if _, err := tx.Exec(ctx, `UPDATE ff_edge_group SET success_count = $4, fail_count = $5, skip_count = $6, running_count = $7
+		 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`, p, flow, down, s, f, k, r); err != nil {
+		return err
+	}
+	now := store.NowMs()
+	total := s + f + k + r
+	switch {
+	case s == total && total > 0:
+		_, err = tx.Exec(ctx, `UPDATE ff_exec_core SET eligibility_state = 'eligible_now',
+			lifecycle_phase = CASE WHEN lifecycle_phase = 'blocked' THEN 'runnable' ELSE lifecycle_phase END
+			WHERE partition_key = $1 AND execution_id = $2 AND lifecycle_phase NOT IN ('terminal', 'cancelled')`, p, down)
+	case f+k > 0:
+		var skipped string
+		err = tx.QueryRow(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'terminal', eligibility_state = 'not_applicable',
+			public_state = 'skipped', attempt_state = 'attempt_terminal', terminal_at_ms = COALESCE(terminal_at_ms, $3)
+			WHERE partition_key = $1 AND execution_id = $2 AND lifecycle_phase NOT IN ('terminal', 'cancelled')
+			RETURNING execution_id::text`, p, down, now).Scan(&skipped)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err == nil {
+			_, err = tx.Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
+				VALUES ($1, $2, $3, 'skipped', $4)`, p, down, flow, now)
+		}
+	}
+	return err
+}
+
+// seedChain inserts a failed upstream whose event is due and a chain of hops
+// all_of downstreams, each blocked on the one before; it returns the last.
+func seedChain(ctx context.Context, e *env, hops int) (last string, err error) {
+	p, flow := int16(42), uuid.NewString()
+	prev := uuid.NewString()
+	if _, err := e.pool.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase,
+		ownership_state, eligibility_state, public_state, attempt_state, created_at_ms)
+		VALUES ($1, $2, $3, 'bench', 'terminal', 'unowned', 'not_applicable', 'failed', 'attempt_terminal', 1)`, p, prev, flow); err != nil {
+		return "", err
+	}
+	for range hops {
+		d := uuid.NewString()
+		if _, err := e.pool.Exec(ctx, `
+			WITH x AS (INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+			       eligibility_state, public_state, attempt_state, created_at_ms)
+			     VALUES ($1, $3, $2, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1)),
+			ed AS (INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+			     VALUES ($1, $2, gen_random_uuid(), $4, $3, '{"kind": "all_of"}'))
+			INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
+			VALUES ($1, $2, $3, '{"kind": "all_of"}', 1)`, p, flow, d, prev); err != nil {
+			return "", err
+		}
+		prev = d
+	}
+	_, err = e.pool.Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms)
+		SELECT partition_key, execution_id, flow_id, 'failed', 1, $2 FROM ff_exec_core
+		 WHERE lifecycle_phase = 'terminal' AND flow_id = $1`, flow, store.NowMs()-time.Hour.Milliseconds())
+	return prev, err
+}
+
+// chainDone returns when the skipped event of last was dispatched.
+func chainDone(ctx context.Context, e *env, last string) (bool, error) {
+	var n int
+	err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ff_completion_event WHERE execution_id = $1 AND dispatched_at_ms IS NOT NULL`, last).Scan(&n)
+	return n > 0, err
+}
+
+// dependencyChain measures a chain of five skips: ours (a fleet at the
+// default interval and threshold, from its first dispatch to the last skip
+// event dispatched) and FlowFabric's loop at a 1 s interval and a 1 s
+// threshold (the module's own test value; its supervisor runs 15 s and 15 s).
+func (e *env) dependencyChain(ctx context.Context, res *DependencyResult) error {
+	res.ChainHops, res.ChainFFInterval = 5, time.Second
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	last, err := seedChain(ctx, e, res.ChainHops)
+	if err != nil {
+		return fmt.Errorf("seed chain: %w", err)
+	}
+	e.progress("dependency: a chain of %d skips, ours", res.ChainHops)
+	f, err := fleet.New(ctx, e.fleetConfig())
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Start(ctx); err != nil {
+		return err
+	}
+	if _, err := waitDrained(ctx, time.Minute, func(ctx context.Context) (int, error) {
+		done, err := chainDone(ctx, e, last)
+		if done {
+			return 0, err
+		}
+		return 1, err
+	}); err != nil {
+		return fmt.Errorf("ours: chain not drained: %w", err)
+	}
+	var first, lastAt int64
+	if err := e.pool.QueryRow(ctx, `SELECT min(dispatched_at_ms), max(dispatched_at_ms) FROM ff_completion_event`).Scan(&first, &lastAt); err != nil {
+		return err
+	}
+	res.ChainOurs = time.Duration(lastAt-first) * time.Millisecond
+	stopCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	if last, err = seedChain(ctx, e, res.ChainHops); err != nil {
+		return err
+	}
+	e.progress("dependency: a chain of %d skips, FlowFabric's loop (interval and threshold %s)", res.ChainHops, res.ChainFFInterval)
+	start := time.Now()
+	for {
+		if _, err := e.ffDependencyTick(ctx, res.ChainFFInterval); err != nil {
+			return err
+		}
+		done, err := chainDone(ctx, e, last)
+		if err != nil {
+			return err
+		}
+		if done {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			return errors.New("FlowFabric's loop: chain not drained in 5 minutes")
+		}
+		time.Sleep(res.ChainFFInterval)
+	}
+	if err := e.pool.QueryRow(ctx, `SELECT min(dispatched_at_ms), max(dispatched_at_ms) FROM ff_completion_event`).Scan(&first, &lastAt); err != nil {
+		return err
+	}
+	res.ChainFF = time.Duration(lastAt-first) * time.Millisecond
+	e.progress("dependency: chain of %d: ours %s, FlowFabric %s", res.ChainHops, res.ChainOurs, res.ChainFF)
+	return nil
+}
+
+// dependencyPrimary feeds completion events (one edge each) at a steady
+// rate into a fleet that is the primary dispatcher (no stale threshold) and
+// reports each event's dispatched_at_ms − committed_at_ms.
+func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) error {
+	if err := e.reset(ctx); err != nil {
+		return err
+	}
+	res.PrimaryRate = e.cfg.LatenessRate
+	fc := e.fleetConfig()
+	fc.DependencyStaleThreshold = -1
+	f, err := fleet.New(ctx, fc)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = f.Stop(stopCtx)
+	}()
+	time.Sleep(2 * time.Second) // the listener's LISTEN
+	e.progress("dependency: primary dispatch, %d events/s for %s", res.PrimaryRate, e.cfg.LatenessFor)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	per := max(res.PrimaryRate/10, 1)
+	end := time.Now().Add(e.cfg.LatenessFor)
+	for time.Now().Before(end) {
+		<-tick.C
+		if _, err := seedDependencyFresh(ctx, e, per); err != nil {
+			return err
+		}
+		res.PrimaryEvents += per
+	}
+	if _, err := waitDrained(ctx, time.Minute, func(ctx context.Context) (int, error) { return undispatched(ctx, e.pool) }); err != nil {
+		return err
+	}
+	lat, err := collectFloats(e.pool.Query(ctx, `SELECT (dispatched_at_ms - committed_at_ms)::float8 FROM ff_completion_event`))
+	if err != nil {
+		return err
+	}
+	if len(lat) == 0 {
+		return errors.New("primary dispatch: no event measured")
+	}
+	sort.Float64s(lat)
+	ms := func(q float64) time.Duration {
+		return time.Duration(lat[min(len(lat)-1, int(q*float64(len(lat))))] * float64(time.Millisecond))
+	}
+	res.PrimaryP50, res.PrimaryP99, res.PrimaryMax = ms(0.5), ms(0.99), ms(1)
+	res.PrimaryStats = statsLine(f.Workers.Stats().For(workers.Dependency.Name).Snapshot(), f.Waker)
+	e.progress("dependency: primary p50 %s, p99 %s, max %s", res.PrimaryP50, res.PrimaryP99, res.PrimaryMax)
+	return nil
+}
+
+// seedDependencyFresh is seedDependency's shape, committed now, one edge
+// each, in one transaction.
+func seedDependencyFresh(ctx context.Context, e *env, n int) (int, error) {
+	var edges int
+	err := e.pool.QueryRow(ctx, `
+		WITH ev AS (
+		    SELECT (random() * 255)::smallint AS p, gen_random_uuid() AS flow, gen_random_uuid() AS up, gen_random_uuid() AS down
+		      FROM generate_series(1, $1)
+		), dx AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms)
+		    SELECT p, down, flow, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1 FROM ev
+		), ed AS (
+		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+		    SELECT p, flow, gen_random_uuid(), up, down, '{"kind": "all_of"}' FROM ev
+		), gr AS (
+		    INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
+		    SELECT p, flow, down, '{"kind": "all_of"}', 1 FROM ev
+		), ce AS (
+		    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
+		    SELECT p, up, flow, 'success', 1 FROM ev
+		)
+		SELECT count(*) FROM ev`, n).Scan(&edges)
+	return edges, err
+}
