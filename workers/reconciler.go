@@ -36,6 +36,15 @@ type Reconciler struct {
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int
+	// AllTenants: its rows belong to no tenant (budgets, worker
+	// registrations), so it acts on every tenant's rows whatever the
+	// fleet's tenant filter, as FlowFabric's loops do for them. These are
+	// the only exceptions to "a filtered fleet changes no row of another
+	// tenant": `worker run` with a filter names them at start
+	// (AllTenantsOf), and the test that proves the rule for every other
+	// reconciler exempts only them. Set exactly when Due.Tenant is not
+	// (define panics otherwise).
+	AllTenants bool
 	// Retained: its rows are due Config.Retention after their Due.At, and
 	// it runs only when Config.Retention is set (retention). It has no row
 	// jobs: its partition job acts on the rows itself.
@@ -95,6 +104,10 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 	)
 	if r.Partitions == nil {
 		r.Partitions = flowPartitions
+	}
+	if r.AllTenants == r.Due.Tenant {
+		panic(fmt.Sprintf("reconciler %s: AllTenants is %v and its Due's Tenant is %v; a reconciler's rows either belong to a tenant or to none",
+			r.Name, r.AllTenants, r.Due.Tenant))
 	}
 	r.tick = t
 	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()

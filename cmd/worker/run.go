@@ -170,6 +170,9 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 		"reconcilers", enabledList(fc.Reconcilers), "retention", fc.Retention, "outbox_retention", fc.OutboxRetention, "namespace", fc.Filter.Namespace,
 		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr,
 		"ui", rc.ui, "ui_auth", rc.uiUser != "", "ui_read_only", rc.uiReadOnly)
+	if names := workers.AllTenantsOf(fc.WithDefaults().Reconcilers); !fc.Filter.Empty() && len(names) > 0 {
+		logger.Warn(allTenantsNotice, "filter", fc.Filter.String(), "reconcilers", strings.Join(names, ","))
+	}
 	if rc.httpAddr != "" && rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {
 		logger.Warn("River UI is served without authentication on a non-loopback address; anyone who reaches it can cancel, delete and retry jobs (set --ui-auth or --ui-read-only)",
 			"http_addr", rc.httpAddr)
@@ -245,6 +248,12 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	logger.Info("worker stopped")
 	return nil
 }
+
+// allTenantsNotice is the line a filtered `worker run` logs at start when
+// it runs reconcilers whose rows belong to no tenant
+// (workers.Reconciler.AllTenants).
+const allTenantsNotice = "the tenant filter does not apply to these reconcilers: their rows belong to no tenant, " +
+	"so they act on every tenant's rows, as in FlowFabric; run them in one fleet only (leave them out of the others with --reconcilers)"
 
 func enabledList(m map[string]time.Duration) string {
 	var parts []string
