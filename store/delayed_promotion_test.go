@@ -214,7 +214,7 @@ func TestPromotionScansUseTheDeadlineIndex(t *testing.T) {
 	if _, err := due.Scan(ctx, ex, p, now, nil, 1000, store.Filter{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := due.Scan(ctx, ex, p, now, &store.DueRow{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x"}); err != nil {
+	if _, err := due.Scan(ctx, ex, p, now, &store.DueRow{AtMs: now - 1003, ID: "00000000-0000-4000-8000-000000000000"}, 1000, store.Filter{Namespace: "x", TagKey: "k", TagValue: "v"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := due.Partitions(ctx, ex, store.NoLowerBound, now, 256, store.Filter{}); err != nil {

@@ -52,17 +52,20 @@ import (
 // tick and the scan compare with now less it, strictly, as FlowFabric's
 // reconciler does) and taken oldest committed first. The tenant filter reads
 // the event's own namespace and instance_tag columns, the tag by value (see
-// Due.TenantColumns). Index: ff_completion_event_pending_dispatch_idx
+// Due.TenantColumns; the column is text, so TagText). Index: ff_completion_event_pending_dispatch_idx
 // (partition_key, committed_at_ms) WHERE dispatched_at_ms IS NULL.
 var CompletionEvents = &Due{
 	What:          "undispatched completion events",
 	From:          "ff_completion_event r",
 	Tenant:        true,
 	TenantColumns: true,
-	At:            "r.committed_at_ms",
-	Where:         "r.dispatched_at_ms IS NULL",
-	ID:            Key{"r.event_id", "bigint"},
-	Index:         "ff_completion_event_pending_dispatch_idx",
+	// The instance_tag column is text: a tag the writer copied from a
+	// number (raw_fields->'tags'->>'cairn.instance_id') matches its text.
+	TagText: true,
+	At:      "r.committed_at_ms",
+	Where:   "r.dispatched_at_ms IS NULL",
+	ID:      Key{"r.event_id", "bigint"},
+	Index:   "ff_completion_event_pending_dispatch_idx",
 }
 
 // PolicyKind is an edge group's dependency policy kind.

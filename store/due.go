@@ -37,6 +37,11 @@ type Due struct {
 	// instance_tag columns (the tag by value), not an execution's
 	// raw_fields: completion events, as FlowFabric filters them.
 	TenantColumns bool
+	// TagText: the filter's tag is compared as text (->>), so a tag stored
+	// as the number 7 matches the value "7": what FlowFabric's retention
+	// trim does. Otherwise only a JSON string tag matches, as in
+	// FlowFabric's scanners (see Filter).
+	TagText bool
 	// ExecInWhere: Where reads the execution (e), so the join is part of
 	// what makes a row due, not only of the tenant filter.
 	ExecInWhere bool
@@ -96,6 +101,15 @@ func (d *Due) filterAlias() string {
 	return "r"
 }
 
+// filterSQL is f's conditions on alias, its tag compared as these rows'
+// reconciler compares it (TagText).
+func (d *Due) filterSQL(p *params, f Filter, alias string) string {
+	if d.TenantColumns {
+		return f.columnsSQL(p, "r")
+	}
+	return f.sql(p, alias, d.TagText)
+}
+
 // from returns the FROM clause; join says the tenant filter is set.
 func (d *Due) from(join bool) string {
 	if d.Exec != "" && (join || d.ExecInWhere) {
@@ -121,17 +135,9 @@ func (d *Due) where(p *params, f Filter) string {
 		b.WriteString(" AND " + d.Where)
 	}
 	if d.Tenant {
-		b.WriteString(d.filter(p, f))
+		b.WriteString(d.filterSQL(p, f, d.filterAlias()))
 	}
 	return b.String()
-}
-
-// filter is the tenant filter's conditions over the rows.
-func (d *Due) filter(p *params, f Filter) string {
-	if d.TenantColumns {
-		return f.columnsSQL(p, "r")
-	}
-	return f.sql(p, d.filterAlias())
 }
 
 // probe is the per-partition probe of partition s.p for rows due by horizon
@@ -322,7 +328,7 @@ func (d *Due) Count(ctx context.Context, db DB, nowMs int64, f Filter, capRows i
 		if d.Where != "" {
 			where = " AND " + d.Where
 		}
-		pass := "COALESCE(" + exists + d.filter(&p, f) + ", false)"
+		pass := "COALESCE(" + exists + d.filterSQL(&p, f, d.filterAlias()) + ", false)"
 		sql = `SELECT count(*) FILTER (WHERE pass), count(*) FILTER (WHERE NOT pass) FROM (
 		         SELECT ` + pass + ` AS pass FROM ` + from + ` WHERE ` + due + where + ` LIMIT ` + limit + `) x`
 	}
@@ -388,7 +394,7 @@ func (d *Due) Outside(ctx context.Context, db DB, partition int16, key DueRow, f
 	for i := range cols {
 		fmt.Fprintf(&match, " AND %s = %s", cols[i], vals[i])
 	}
-	filter := d.filter(&p, f)
+	filter := d.filterSQL(&p, f, d.filterAlias())
 	var outside bool
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (SELECT 1 FROM `+d.From+` WHERE r.partition_key = $1`+match.String()+`)

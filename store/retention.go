@@ -17,10 +17,16 @@ import (
 // reads one entry per partition and a trim O(its batch), however many live
 // or recent executions the partition holds. FlowFabric's own trim has no
 // such index and reads a lane's executions whole.
+//
+// The tag filter compares the tag as text (TagText), as FlowFabric's trim
+// does (raw_fields->'tags'->>$6 = $7): a terminal execution tagged with the
+// number 7 is trimmed by a fleet filtered on the value "7", though that
+// fleet's other reconcilers leave it alone.
 var TerminalExecutions = &Due{
 	What:      "terminal executions past retention",
 	From:      "ff_exec_core r",
 	Tenant:    true,
+	TagText:   true,
 	At:        "r.terminal_at_ms",
 	Inclusive: true,
 	Where:     "r.lifecycle_phase = 'terminal'",
@@ -73,7 +79,7 @@ type TrimResult struct {
 // bounded.
 func trimSQL(f Filter) (string, []any) {
 	p := params{nil, nil, nil}
-	filter := f.sql(&p, "r")
+	filter := TerminalExecutions.filterSQL(&p, f, "r")
 	var b strings.Builder
 	b.WriteString(`
 WITH doomed AS (

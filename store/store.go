@@ -50,8 +50,11 @@ func NowMs() int64 { return time.Now().UnixMilli() }
 
 // Filter is FlowFabric's ScannerFilter: it limits a fleet to one tenant. A
 // row passes when its execution's raw_fields namespace equals Namespace (if
-// set) and raw_fields tags[TagKey] equals TagValue (if TagKey is set). A
-// missing execution row never passes a non-empty filter.
+// set) and raw_fields tags[TagKey] is the JSON string TagValue (if TagKey is
+// set): a tag stored as a number or boolean never matches, as in
+// FlowFabric's scanners, which compare a tag only when it is a string
+// (as_str()). Retention's Due (TagText) is the exception. A missing
+// execution row never passes a non-empty filter.
 type Filter struct {
 	Namespace string
 	TagKey    string
@@ -109,10 +112,11 @@ func (f Filter) args() []any {
 // where they re-check the row's deadline, so a fleet filtered to one tenant
 // changes no row of another, whoever enqueued the job. A tenant is set when
 // an execution is created and never changes, so the condition holds under
-// any lock on the row.
+// any lock on the row. The tag is compared as JSON (see Filter): only a
+// string tag matches, as in the scans.
 func tenantSQL(alias string, n int) string {
 	return fmt.Sprintf(`($%[2]d::text IS NULL OR %[1]s.raw_fields->>'namespace' = $%[2]d::text)
-       AND ($%[3]d::text IS NULL OR %[1]s.raw_fields->'tags'->>$%[3]d::text = $%[4]d::text)`, alias, n, n+1, n+2)
+       AND ($%[3]d::text IS NULL OR %[1]s.raw_fields->'tags'->$%[3]d::text = to_jsonb($%[4]d::text))`, alias, n, n+1, n+2)
 }
 
 // tenantExecSQL is tenantSQL for a row that is not the execution itself:
@@ -140,15 +144,22 @@ func execInTenant(ctx context.Context, db DB, partition int16, id string, f Filt
 
 // sql returns the filter's conditions on the execution row aliased alias,
 // each starting with " AND ", adding their values to p: always bound, never
-// interpolated.
-func (f Filter) sql(p *params, alias string) string {
+// interpolated. The tag is compared as JSON, so only the string TagValue
+// matches (FlowFabric's scanners); with tagText, as text (->>), so the
+// number 7 matches "7" too (FlowFabric's retention trim). Neither form is
+// indexed: the condition filters the rows the reconciler's index found.
+func (f Filter) sql(p *params, alias string, tagText bool) string {
 	var b strings.Builder
 	if f.Namespace != "" {
-		fmt.Fprintf(&b, " AND %s.raw_fields->>'namespace' = %s", alias, p.add(f.Namespace))
+		fmt.Fprintf(&b, " AND %s.raw_fields->>'namespace' = %s::text", alias, p.add(f.Namespace))
 	}
 	if f.TagKey != "" {
 		k, v := p.add(f.TagKey), p.add(f.TagValue)
-		fmt.Fprintf(&b, " AND %s.raw_fields->'tags'->>%s = %s", alias, k, v)
+		if tagText {
+			fmt.Fprintf(&b, " AND %s.raw_fields->'tags'->>%s::text = %s::text", alias, k, v)
+		} else {
+			fmt.Fprintf(&b, " AND %s.raw_fields->'tags'->%s::text = to_jsonb(%s::text)", alias, k, v)
+		}
 	}
 	return b.String()
 }

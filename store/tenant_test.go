@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -165,5 +166,106 @@ func TestRowActionsRecheckTheTenant(t *testing.T) {
 func must2[T any](_ T, err error) {
 	if err != nil {
 		panic(err)
+	}
+}
+
+// TestTagFilterMatchesOnlyStringTags: the tag filter matches what
+// FlowFabric's scanners match, a tag that is the JSON string given
+// (as_str()); a tag stored as the number 7 or the boolean true never passes
+// --instance-tag k=7 or k=true, in the scans (rows and partitions), the
+// gauge's count, Due.Outside and the row statements' re-checks (on the
+// execution itself and through its join). Retention is the deliberate
+// exception: FlowFabric's trim compares the tag's text (->>), so the number
+// 7 is trimmed with the string "7". A regression to text comparison shows
+// as a number or boolean tag scanned, counted or acted on.
+func TestTagFilterMatchesOnlyStringTags(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	now := store.NowMs()
+	const p, pt = int16(60), int16(61)
+	tagged := func(e fftest.Exec, v any) fftest.Exec {
+		e.RawFields = map[string]any{"namespace": "acme", "tags": map[string]any{"k": v}}
+		return e
+	}
+	// One delayed execution with an expired lease per tag value, and one
+	// terminal execution past any retention per tag value.
+	values := []struct {
+		name string
+		v    any
+	}{{"String7", "7"}, {"Number7", 7}, {"BoolTrue", true}, {"StringTrue", "true"}}
+	ids, terminal := map[string]string{}, map[string]string{}
+	for _, tv := range values {
+		id := fftest.InsertExec(t, db.Pool, tagged(fftest.Delayed(p, now-1000), tv.v))
+		fftest.InsertAttempt(t, db.Pool, p, id, 0, fftest.Ms(now-1000))
+		ids[tv.name] = id
+		terminal[tv.name] = fftest.InsertExec(t, db.Pool, tagged(fftest.Terminal(pt, now-1000), tv.v))
+	}
+	scanned := func(due *store.Due, part int16, f store.Filter, names map[string]string) []string {
+		var got []string
+		for _, r := range scan(t, db.Pool, due, part, now, nil, 10, f) {
+			for name, id := range names {
+				if r.ID == id {
+					got = append(got, name)
+				}
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	tests := []struct {
+		name  string
+		value string
+		// want: the only execution the filter passes; wantTrim: the
+		// terminal executions retention's filter passes.
+		want     string
+		wantTrim []string
+	}{
+		{name: "Seven", value: "7", want: "String7", wantTrim: []string{"Number7", "String7"}},
+		{name: "True", value: "true", want: "StringTrue", wantTrim: []string{"BoolTrue", "StringTrue"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := store.Filter{Namespace: "acme", TagKey: "k", TagValue: tt.value}
+			for _, due := range []*store.Due{store.DelayedExecutions, store.ExpiredLeases} {
+				if got := scanned(due, p, f, ids); !slices.Equal(got, []string{tt.want}) {
+					t.Errorf("%s: scan = %v; want [%s]", due.What, got, tt.want)
+				}
+				c, err := due.Count(ctx, db.Pool, now, f, 100)
+				if err != nil || c.Due != 1 || c.OutsideFilter != 3 {
+					t.Errorf("%s: count = %+v, %v; want 1 due, 3 outside", due.What, c, err)
+				}
+				for name, id := range ids {
+					out, err := due.Outside(ctx, db.Pool, p, store.DueRow{ID: id}, f)
+					if err != nil || out != (name != tt.want) {
+						t.Errorf("%s: Outside(%s) = %v, %v; want %v", due.What, name, out, err, name != tt.want)
+					}
+				}
+			}
+			if got := scanned(store.TerminalExecutions, pt, f, terminal); !slices.Equal(got, tt.wantTrim) {
+				t.Errorf("retention scan = %v; want %v (FlowFabric's trim compares text)", got, tt.wantTrim)
+			}
+		})
+	}
+
+	// The row statements' re-checks, under the filter k=7: only the string
+	// tag's execution is promoted and released.
+	f := store.Filter{Namespace: "acme", TagKey: "k", TagValue: "7"}
+	for _, tv := range values {
+		id := ids[tv.name]
+		want := tv.name == "String7"
+		res, err := store.PromoteDelayed(ctx, db.Pool, p, id, now, f)
+		if err != nil || res.Promoted() != want {
+			t.Errorf("PromoteDelayed(%s) promoted = %v, %v; want %v", tv.name, res.Promoted(), err, want)
+		}
+		rel, err := store.ReleaseExpiredLease(ctx, db.Pool, p, id, 0, now, f)
+		if err != nil || rel.Released != want {
+			t.Errorf("ReleaseExpiredLease(%s) released = %v, %v; want %v", tv.name, rel.Released, err, want)
+		}
+	}
+	// Retention trims the number 7 with the string "7", as FlowFabric does.
+	res, err := store.TrimExecutions(ctx, db.Pool, pt, now, 10, f)
+	if err != nil || res.Executions != 2 {
+		t.Fatalf("TrimExecutions under k=7 = %+v, %v; want 2 executions (the string and the number)", res, err)
 	}
 }

@@ -19,6 +19,7 @@ var BudgetReset = define[jobs.BudgetResetTickArgs, jobs.BudgetResetScanArgs](Rec
 	Name:       "budget_reset",
 	Interval:   15 * time.Second,
 	Due:        store.DueBudgetResets,
+	AllTenants: true,
 	Lookahead:  true,
 	Partitions: func(c Config) int { return c.BudgetPartitionCount },
 	Tables:     []string{"ff_budget_policy", "ff_budget_usage"},

@@ -3,6 +3,7 @@ package workers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -18,6 +19,20 @@ const OutboxRetentionName = "outbox_retention"
 
 // OutboxRetentionInterval is the outbox trim's default interval.
 const OutboxRetentionInterval = time.Minute
+
+// ErrOutboxTrimFiltered is why a fleet with a tenant filter never trims the
+// outboxes: they are shared by every tenant, trimmed oldest first by
+// event_id so that what is left is always their newest part, and lease
+// history's trim mark (store.OutboxTrimmedThrough) is one for all; a
+// per-tenant trim would delete events in the middle of the outbox, under a
+// mark that no longer says what is gone. The outboxes are trimmed by one
+// fleet without a filter, for every tenant, at the longest retention any
+// of them needs.
+var ErrOutboxTrimFiltered = errors.New("the lease and completion outboxes are shared by every tenant and trimmed oldest first by event id, " +
+	"under one trim mark for lease history, so a tenant's fleet would delete the other tenants' events; " +
+	"run --outbox-retention in one fleet without --namespace and --instance-tag, in a River schema of its own " +
+	"(e.g. worker run --river-schema river_shared --reconcilers budget_reset,worker_registry_ttl --outbox-retention 168h), " +
+	"with the longest retention any tenant needs")
 
 // outboxTrimBudget is how long one outbox trim deletes batches; what is
 // left waits for the next tick, so a first run over months of events
@@ -40,6 +55,13 @@ func (w *outboxTrimWorker) Work(ctx context.Context, job *river.Job[jobs.OutboxT
 	d := w.d
 	c := d.cfg.Stats.For(OutboxRetentionName)
 	c.Ticks.Add(1)
+	if !d.cfg.Filter.Empty() {
+		// Enqueued by someone else (this fleet's config refuses a trim
+		// with a filter): cancelled with the reason, never retried.
+		c.Skipped.Add(1)
+		d.log().Warn("outbox trim refused: this fleet has a tenant filter; job cancelled", "job_id", job.ID, "filter", d.cfg.Filter.String())
+		return river.JobCancel(fmt.Errorf("outbox trim in a fleet with a tenant filter (%s): %w", d.cfg.Filter, ErrOutboxTrimFiltered))
+	}
 	if d.cfg.OutboxRetention <= 0 {
 		d.log().Warn("outbox trim skipped: this process runs without --outbox-retention", "job_id", job.ID)
 		return nil

@@ -39,6 +39,15 @@ type Reconciler struct {
 	// Behind, when set, is how long after their Due.At its rows fall due:
 	// its ticks and scans compare the rows with now less it (DueAt).
 	Behind func(Config) time.Duration
+	// AllTenants: its rows belong to no tenant (budgets, worker
+	// registrations), so it acts on every tenant's rows whatever the
+	// fleet's tenant filter, as FlowFabric's loops do for them. These are
+	// the only exceptions to "a filtered fleet changes no row of another
+	// tenant": `worker run` with a filter names them at start
+	// (AllTenantsOf), and the test that proves the rule for every other
+	// reconciler exempts only them. Set exactly when Due.Tenant is not
+	// (define panics otherwise).
+	AllTenants bool
 	// Retained: its rows are due Config.Retention after their Due.At, and
 	// it runs only when Config.Retention is set (retention). It has no row
 	// jobs: its partition job acts on the rows itself.
@@ -98,6 +107,10 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 	)
 	if r.Partitions == nil {
 		r.Partitions = flowPartitions
+	}
+	if r.AllTenants == r.Due.Tenant {
+		panic(fmt.Sprintf("reconciler %s: AllTenants is %v and its Due's Tenant is %v; a reconciler's rows either belong to a tenant or to none",
+			r.Name, r.AllTenants, r.Due.Tenant))
 	}
 	r.tick = t
 	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()

@@ -39,6 +39,19 @@ func DefaultOn(retention time.Duration) []*Reconciler {
 	return out
 }
 
+// AllTenantsOf returns the names of the reconcilers among enabled (by
+// name) that act on every tenant's rows whatever the tenant filter
+// (Reconciler.AllTenants), in the registry's order.
+func AllTenantsOf(enabled map[string]time.Duration) []string {
+	var out []string
+	for _, r := range registry {
+		if _, ok := enabled[r.Name]; ok && r.AllTenants {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
 // Names returns every reconciler's name, in the registry's order.
 func Names() []string {
 	names := make([]string, len(registry))

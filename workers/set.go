@@ -134,8 +134,9 @@ type Config struct {
 	// retention does not run, whatever the enabled reconcilers.
 	Retention time.Duration
 	// OutboxRetention: lease events, and completion events already
-	// dispatched, older than this are deleted (the outbox trim). Defaults to
-	// none: outboxes are not trimmed.
+	// dispatched, older than this are deleted (the outbox trim), every
+	// tenant's alike: refused with a Filter (ErrOutboxTrimFiltered).
+	// Defaults to none: outboxes are not trimmed.
 	OutboxRetention time.Duration
 	// OutboxBatchSize is the most events one outbox trim statement
 	// deletes. Defaults to DefaultOutboxBatchSize.
@@ -204,6 +205,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("workers: Config.Retention %s is negative", c.Retention)
 	case c.OutboxRetention < 0:
 		return fmt.Errorf("workers: Config.OutboxRetention %s is negative", c.OutboxRetention)
+	case c.OutboxRetention > 0 && !c.Filter.Empty():
+		return fmt.Errorf("workers: Config.OutboxRetention with Config.Filter (%s): %w", c.Filter, ErrOutboxTrimFiltered)
 	case c.OutboxBatchSize < 1:
 		return fmt.Errorf("workers: Config.OutboxBatchSize %d must be at least 1", c.OutboxBatchSize)
 	}

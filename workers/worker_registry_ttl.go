@@ -24,6 +24,7 @@ var WorkerRegistryTTL = define[jobs.WorkerRegistryTTLTickArgs, jobs.WorkerRegist
 	Name:       "worker_registry_ttl",
 	Interval:   30 * time.Second,
 	Due:        store.StaleWorkers,
+	AllTenants: true,
 	Lookahead:  true,
 	Partitions: func(Config) int { return RegistryPartitionCount },
 	Tables:     []string{"ff_worker_registry", "ff_worker_registry_event"},

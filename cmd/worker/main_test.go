@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // runMain runs the command line in-process and returns exit code, stdout
@@ -60,6 +63,12 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "outbox retention 10ms is too short"},
 		{"SubSecondReindexInterval", []string{"run", "--river-reindex-interval", "10ms"}, 2, "river reindex interval 10ms is too short (minimum 1s; 0 keeps River's daily reindex)"},
 		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "river reindex interval -1h0m0s is too short"},
+		// A tenant's fleet would trim every tenant's outbox events: refused,
+		// naming where to run it instead.
+		{"OutboxRetentionWithNamespace", []string{"run", "--namespace", "acme", "--outbox-retention", "1h"}, 2,
+			"outbox retention cannot run in a fleet with a tenant filter (namespace acme): the lease and completion outboxes are shared by every tenant"},
+		{"OutboxRetentionWithInstanceTag", []string{"run", "--instance-tag", "cairn.instance_id=i-1", "--outbox-retention", "1h"}, 2,
+			"run --outbox-retention in one fleet without --namespace and --instance-tag"},
 		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval must be positive"},
 		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention must not be negative"},
 	}
@@ -285,5 +294,73 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	}
 	if len(states) != 2 || states[0] != "completed in attempt 1" || states[1] != "completed in attempt 1" {
 		t.Fatalf("release jobs: %v; want both completed in their first attempt", states)
+	}
+}
+
+// TestFilteredRunNamesReconcilersActingOnEveryTenant: `worker run` with a
+// tenant filter logs once, at start, which of its enabled reconcilers act
+// on every tenant's rows (workers.Reconciler.AllTenants: budget reset and
+// the worker-registry TTL); without a filter, or without such a
+// reconciler, it logs no such line. The database is unreachable, so run
+// stops right after its start lines. A regression logs nothing (an
+// operator of per-tenant fleets is not told that every fleet sweeps every
+// tenant's budgets), names a reconciler that honours the filter, or logs
+// the line more than once.
+func TestFilteredRunNamesReconcilersActingOnEveryTenant(t *testing.T) {
+	t.Parallel()
+	// want derives the expected names from the registry, as the log does.
+	want := func(enabled ...string) string {
+		var names []string
+		for _, r := range workers.All() {
+			if r.AllTenants && (len(enabled) == 0 || slices.Contains(enabled, r.Name)) {
+				names = append(names, r.Name)
+			}
+		}
+		return strings.Join(names, ",")
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string // "" : no line
+	}{
+		{"NamespaceAllReconcilers", []string{"--namespace", "acme"}, want()},
+		{"TagSome", []string{"--instance-tag", "cairn.instance_id=i-1", "--reconcilers", "lease_expiry,budget_reset"}, want("lease_expiry", "budget_reset")},
+		{"FilterWithoutThem", []string{"--namespace", "acme", "--reconcilers", "lease_expiry,retention", "--retention", "24h"}, ""},
+		{"NoFilter", nil, ""},
+	}
+	if want() == "" {
+		t.Fatal("no reconciler of the registry has AllTenants: budget_reset and worker_registry_ttl should")
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"--database-url", "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", "--http-addr", ""}, tt.args...)
+			rc, err := parseRunFlags(args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := run(context.Background(), rc, slog.New(slog.NewJSONHandler(&buf, nil)), nil); err == nil {
+				t.Fatal("run against an unreachable database returned nil")
+			}
+			var lines []map[string]any
+			for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(line), &m); err != nil {
+					t.Fatalf("log line %q: %v", line, err)
+				}
+				if m["msg"] == allTenantsNotice {
+					lines = append(lines, m)
+				}
+			}
+			switch {
+			case tt.want == "" && len(lines) != 0:
+				t.Errorf("logged %v; want no line about reconcilers acting on every tenant", lines)
+			case tt.want != "" && len(lines) != 1:
+				t.Errorf("logged %d lines about reconcilers acting on every tenant; want one:\n%s", len(lines), buf.String())
+			case tt.want != "" && (lines[0]["reconcilers"] != tt.want || lines[0]["level"] != "WARN"):
+				t.Errorf("logged %v; want a warning naming %s", lines[0], tt.want)
+			}
+		})
 	}
 }

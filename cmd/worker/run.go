@@ -56,13 +56,13 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 			strings.ReplaceAll(r.Name, "_", " ")+" tick interval")
 	}
 	f.Duration(&fc.Retention, "retention", "FF_RETENTION", 0, "delete terminal executions with all their rows once they ended this long ago, e.g. 24h (default 0: off)")
-	f.Duration(&fc.OutboxRetention, "outbox-retention", "FF_OUTBOX_RETENTION", 0, "delete lease events, and dispatched completion events, older than this, e.g. 168h (default 0: off)")
+	f.Duration(&fc.OutboxRetention, "outbox-retention", "FF_OUTBOX_RETENTION", 0, "delete lease events, and dispatched completion events, older than this, e.g. 168h, every tenant's alike: refused with --namespace or --instance-tag (default 0: off)")
 	f.Duration(&fc.OutboxRetentionInterval, "outbox-retention-interval", "FF_OUTBOX_RETENTION_INTERVAL", workers.OutboxRetentionInterval, "outbox trim interval")
 	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", workers.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
 	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
 	f.Int(&fc.BudgetPartitionCount, "budget-partition-count", "FF_BUDGET_PARTITION_COUNT", workers.DefaultBudgetPartitionCount, "budget partitions budget_reset walks, 0..N-1 (FlowFabric's num_budget_partitions)")
 	f.String(&fc.Filter.Namespace, "namespace", "FF_NAMESPACE", "", "only reconcile executions of this namespace (raw_fields.namespace)")
-	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only reconcile executions whose raw_fields.tags KEY equals VALUE, given as KEY=VALUE")
+	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only reconcile executions whose raw_fields.tags KEY is the string VALUE (a number or boolean tag never matches, as in FlowFabric), given as KEY=VALUE")
 	f.Int(&fc.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "row jobs River runs at once by this process (most wait for their row's statement)")
 	f.Int(&fc.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "connections for row statements, scans and ticks")
 	f.Int(&fc.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "most row actions of one partition sharing one statement (1: one statement per row)")
@@ -178,6 +178,9 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 		"reconcilers", enabledList(fc.Reconcilers), "retention", fc.Retention, "outbox_retention", fc.OutboxRetention, "namespace", fc.Filter.Namespace,
 		"instance_tag_key", fc.Filter.TagKey, "http_addr", rc.httpAddr,
 		"ui", rc.ui, "ui_auth", rc.uiUser != "", "ui_read_only", rc.uiReadOnly)
+	if names := workers.AllTenantsOf(fc.WithDefaults().Reconcilers); !fc.Filter.Empty() && len(names) > 0 {
+		logger.Warn(allTenantsNotice, "filter", fc.Filter.String(), "reconcilers", strings.Join(names, ","))
+	}
 	if rc.httpAddr != "" && rc.ui && rc.uiUser == "" && !isLoopback(rc.httpAddr) {
 		logger.Warn("River UI is served without authentication on a non-loopback address; anyone who reaches it can cancel, delete and retry jobs (set --ui-auth or --ui-read-only)",
 			"http_addr", rc.httpAddr)
@@ -253,6 +256,12 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 	logger.Info("worker stopped")
 	return nil
 }
+
+// allTenantsNotice is the line a filtered `worker run` logs at start when
+// it runs reconcilers whose rows belong to no tenant
+// (workers.Reconciler.AllTenants).
+const allTenantsNotice = "the tenant filter does not apply to these reconcilers: their rows belong to no tenant, " +
+	"so they act on every tenant's rows, as in FlowFabric; run them in one fleet only (leave them out of the others with --reconcilers)"
 
 func enabledList(m map[string]time.Duration) string {
 	var parts []string

@@ -59,8 +59,9 @@ type Config struct {
 	// says otherwise. Defaults to none (off).
 	Retention time.Duration
 	// OutboxRetention turns the outbox trim on: lease events, and completion
-	// events already dispatched, older than this are deleted. Defaults to
-	// none (off).
+	// events already dispatched, older than this are deleted, every
+	// tenant's alike. Refused with a Filter (see
+	// workers.ErrOutboxTrimFiltered). Defaults to none (off).
 	OutboxRetention time.Duration
 	// CompletionsListening, when set, is called each time the completion
 	// listener (primary mode) starts listening: a test signal, since
@@ -348,6 +349,9 @@ func (c Config) validate() error {
 		if r.d != 0 && r.d < MinRetention {
 			return fmt.Errorf("%s %s is too short (minimum %s; 0 turns it off)", r.what, r.d, MinRetention)
 		}
+	}
+	if c.OutboxRetention > 0 && !c.Filter.Empty() {
+		return fmt.Errorf("outbox retention cannot run in a fleet with a tenant filter (%s): %s", c.Filter, workers.ErrOutboxTrimFiltered)
 	}
 	if c.OutboxRetentionInterval < periodic.MinInterval {
 		return fmt.Errorf("outbox retention interval %s is too short (minimum %s)", c.OutboxRetentionInterval, periodic.MinInterval)

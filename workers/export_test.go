@@ -1,0 +1,18 @@
+package workers
+
+import (
+	"github.com/riverqueue/river"
+
+	"github.com/flowfabric/ffreconcile/store"
+)
+
+// RowJobOf is r's row job for a row of partition p as r's scans return it,
+// as a scan would enqueue it; nil for a reconciler without row jobs
+// (retention). Tests enqueue such jobs for rows a scan of theirs never
+// would, e.g. another tenant's.
+func RowJobOf(r *Reconciler, p int16, row store.DueRow) river.JobArgs {
+	if r.rowJob == nil {
+		return nil
+	}
+	return r.rowJob(p, row)
+}
