@@ -44,6 +44,12 @@ func value(t *testing.T, body, sample string) float64 {
 	return v
 }
 
+// TestMetricsFollowTheWork: the counters, histograms and gauges follow a
+// fleet releasing expired leases; before it runs, the stall shows as the
+// age of the oldest due row (a regression: a gauge that stays 0, or drops
+// out, while nothing acts), and every series a dashboard or an alert reads
+// is there from the start with zeros (a regression: a panel or an alert
+// with no series until something happens).
 func TestMetricsFollowTheWork(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -66,6 +72,53 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	if v := value(t, body, `ffreconcile_database_up`); v != 1 {
 		t.Fatalf("database_up = %v", v)
 	}
+	// Nothing acts: the leases' deadline, 2 s ago, is the stall's age (for
+	// lease_expiry, and attempt_timeout, whose rows they are too).
+	if v := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="lease_expiry"}`); v < 2 {
+		t.Fatalf("oldest_due_seconds of leases 2 s overdue = %v; want at least 2\n%s", v, body)
+	}
+	for _, r := range workers.All() {
+		// Every reconciler, 0 when nothing is due (retention: off here).
+		oldest := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="`+r.Name+`"}`)
+		switch due := value(t, body, `ffreconcile_due_rows{reconciler="`+r.Name+`"}`); {
+		case due > 0 && oldest < 2:
+			t.Errorf("oldest_due_seconds{%s} = %v with %v rows 2 s overdue; want at least 2", r.Name, oldest, due)
+		case due <= 0 && oldest != 0:
+			t.Errorf("oldest_due_seconds{%s} = %v with nothing due; want 0", r.Name, oldest)
+		}
+		// Lateness for every reconciler with a deadline, none for the
+		// cancel pair, whose groups have none.
+		lateness := value(t, body, `ffreconcile_lateness_seconds_count{reconciler="`+r.Name+`"}`)
+		if want := 0.0; r.Due.Always {
+			if lateness != -1 {
+				t.Errorf("%s exports a lateness (%v) though its rows have no deadline", r.Name, lateness)
+			}
+		} else if lateness != want {
+			t.Errorf("lateness_seconds_count{%s} = %v; want %v before any action", r.Name, lateness, want)
+		}
+		for _, why := range r.NoOpReasons {
+			if v := value(t, body, `ffreconcile_actions_noop_total{reason="`+why.String()+`",reconciler="`+r.Name+`"}`); v != 0 {
+				t.Errorf("actions_noop_total{%s, %s} = %v; want 0 before any action", r.Name, why, v)
+			}
+		}
+	}
+	zeros := []string{
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="discarded"}`,
+		`ffreconcile_river_jobs{kind="ff.cancel_dispatch.tick",reconciler="cancel_dispatch",state="available"}`,
+		`ffreconcile_river_jobs{kind="ff.outbox_retention.trim",reconciler="outbox_retention",state="retryable"}`,
+		`ffreconcile_actions_noop_total{reason="flag_clear",reconciler="cancel_dispatch"}`,
+	}
+	for _, sample := range zeros {
+		if v := value(t, body, sample); v != 0 {
+			t.Errorf("%s = %v; want 0 before any job", sample, v)
+		}
+	}
+	if v := value(t, body, `ffreconcile_leader`); v != -1 {
+		t.Errorf("leader = %v without a River client; want no gauge", v)
+	}
+	if !regexp.MustCompile(`(?m)^ffreconcile_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`).MatchString(body) {
+		t.Errorf("no build_info with its labels:\n%s", body)
+	}
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
 	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
@@ -79,18 +132,42 @@ func TestMetricsFollowTheWork(t *testing.T) {
 
 	body = scrape(t, f.Metrics)
 	checks := map[string]float64{
-		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                 n,
-		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:               n,
-		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                   n,
-		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                          0,
-		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                n,
-		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                              0,
-		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",state="completed"}`:     n,
-		`ffreconcile_job_duration_seconds_count{reconciler="lease_expiry",step="row"}`: n,
+		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                                       n,
+		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:                                     n,
+		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                                         n,
+		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                                                0,
+		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                                      n,
+		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                                                    0,
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="completed"}`: n,
+		`ffreconcile_job_duration_seconds_count{reconciler="lease_expiry",step="row"}`:                       n,
 	}
 	for sample, want := range checks {
 		if got := value(t, body, sample); got != want {
 			t.Errorf("%s = %v; want %v", sample, got, want)
+		}
+	}
+	after := map[string]float64{
+		`ffreconcile_oldest_due_seconds{reconciler="lease_expiry"}`:                        0,
+		`ffreconcile_actions_noop_total{reason="no_longer_due",reconciler="lease_expiry"}`: 0,
+		`ffreconcile_leader`: 1,
+		`ffreconcile_tick_interval_seconds{reconciler="lease_expiry"}`:                                       1,
+		`ffreconcile_pool_connections_max{pool="work"}`:                                                      float64(f.Config.WorkConns),
+		`ffreconcile_pool_connections_max{pool="tick"}`:                                                      2,
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="discarded"}`: 0,
+	}
+	for sample, want := range after {
+		if got := value(t, body, sample); got != want {
+			t.Errorf("%s = %v; want %v", sample, got, want)
+		}
+	}
+	// Reconcilers this process does not run have no interval: the stall
+	// alert leaves them alone.
+	if v := value(t, body, `ffreconcile_tick_interval_seconds{reconciler="retention"}`); v != -1 {
+		t.Errorf("tick_interval_seconds of retention, not run = %v; want none", v)
+	}
+	for _, pool := range []string{"river", "work", "tick"} {
+		if v := value(t, body, `ffreconcile_pool_acquires_total{pool="`+pool+`"}`); v < 1 {
+			t.Errorf("pool_acquires_total{%s} = %v; want the fleet's acquires", pool, v)
 		}
 	}
 	if v := value(t, body, `ffreconcile_tick_duration_seconds_count{reconciler="lease_expiry"}`); v < 1 {
