@@ -193,10 +193,13 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 }
 
-// checkDashboard fails when the Grafana dashboard (docs/grafana) names a
-// metric /metrics does not export, after a fleet has done some work (so
-// the histograms have samples): a renamed metric would leave a panel empty
-// without anyone noticing.
+// checkDashboard fails when the Grafana dashboard (docs/grafana) or the
+// alert rules (docs/prometheus/alerts.yml) name a metric /metrics does not
+// export, after a fleet has done some work (so the histograms have
+// samples): a renamed metric would leave a panel empty, or an alert
+// silent, without anyone noticing. The dashboard's rates use Grafana's
+// $__rate_interval: a fixed window shorter than four scrape intervals
+// draws nothing.
 func checkDashboard(t *testing.T, body string) {
 	t.Helper()
 	raw, err := os.ReadFile("../../docs/grafana/ffreconcile.json")
@@ -215,6 +218,8 @@ func checkDashboard(t *testing.T, body string) {
 		t.Fatalf("dashboard: %v", err)
 	}
 	names := regexp.MustCompile(`\bffreconcile_[a-z_]+`)
+	exported := func(name string) bool { return regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) }
+	fixedWindow := regexp.MustCompile(`\[[0-9]+[smhd]\]`)
 	seen := 0
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
@@ -223,13 +228,29 @@ func checkDashboard(t *testing.T, body string) {
 		for _, target := range p.Targets {
 			for _, name := range names.FindAllString(target.Expr, -1) {
 				seen++
-				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+				if !exported(name) {
 					t.Errorf("panel %q queries %s, which /metrics does not export", p.Title, name)
 				}
 			}
+			if w := fixedWindow.FindString(target.Expr); w != "" {
+				t.Errorf("panel %q uses the fixed window %s; want [$__rate_interval]: %s", p.Title, w, target.Expr)
+			}
 		}
 	}
-	if seen < 8 {
+	if seen < 20 {
 		t.Errorf("the dashboard names only %d metrics; the check read too little", seen)
+	}
+	rules, err := os.ReadFile("../../docs/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inRules := names.FindAllString(string(rules), -1)
+	for _, name := range inRules {
+		if !exported(name) {
+			t.Errorf("docs/prometheus/alerts.yml names %s, which /metrics does not export", name)
+		}
+	}
+	if len(inRules) < 6 {
+		t.Errorf("the alert rules name only %d metrics; the check read too little", len(inRules))
 	}
 }
