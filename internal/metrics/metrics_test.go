@@ -254,3 +254,45 @@ func checkDashboard(t *testing.T, body string) {
 		t.Errorf("the alert rules name only %d metrics; the check read too little", len(inRules))
 	}
 }
+
+// TestScrapeServesLastValuesWhileReading: once the first scrape has read
+// the database, a scrape never waits for it: it serves the last values and
+// starts a new read, whose result a later scrape serves. A regression makes
+// a scrape wait for a slow database until the read's statement_timeout
+// (3 s), past a short scrape's timeout, and then report database_up 0:
+// Prometheus would show the process down when only the database is slow.
+func TestScrapeServesLastValuesWhileReading(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.New(t)
+	m := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, CacheFor: time.Nanosecond})
+	up := func() float64 { return value(t, scrape(t, m), `ffreconcile_database_up`) }
+	if v := up(); v != 1 {
+		t.Fatalf("database_up = %v at the first scrape; want 1", v)
+	}
+
+	// Hold river_job: the next read's count of River's jobs waits for the
+	// lock until its statement timeout.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE river.river_job IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if v := up(); v != 1 {
+		t.Fatalf("database_up = %v while a read waits for a lock; want the last read's 1, served at once", v)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the blocked read reported", func() (bool, string) {
+		v := up()
+		return v == 0, fleettest.Statusf("database_up %v", v)
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "a read after the lock reported", func() (bool, string) {
+		v := up()
+		return v == 1, fleettest.Statusf("database_up %v", v)
+	})
+}
