@@ -51,13 +51,15 @@ install:
 
 ## test: lint, then every test against a real PostgreSQL: a private cluster started for the run
 ## (scripts/test-postgres.sh; TEST_DATABASE_URL uses another server), each test in a database of its own.
+## The alert rules' tests need promtool: scripts/ensure-promtool.sh installs Debian's prometheus package when it is missing.
 # Packages (TEST_P) and tests within a package (TEST_PARALLEL) run side by
 # side: most of a test's time is spent waiting for ticks. With
 # TEST_DATABASE_URL on a server with the default lock table, use 1 and 1.
 TEST_P        ?= 4
 TEST_PARALLEL ?= 8
 test: lint
-	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
+	@PROMTOOL=$$(./scripts/ensure-promtool.sh); export PROMTOOL; \
+	url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
 	echo "testing against $$url ($(TEST_P) packages x $(TEST_PARALLEL) tests at a time)"; \
 	TEST_DATABASE_URL="$$url" $(GO) test -json -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 20m ./... \
 	  | $(GO) run ./internal/cmd/testreport

@@ -12,9 +12,10 @@ import (
 // Due describes what makes one reconciler's rows due, and every query that
 // finds them is built from it: the tick's probe for partitions holding due
 // rows (Partitions), its count of a busy partition's due rows (Counts), the
-// partition scan (Scan), and the due-rows gauge of /metrics and `worker
-// status` (Count, Top). Each reconciler's store file declares its Due next
-// to its row statement, naming the index its queries read.
+// partition scan (Scan), the due-rows gauge of /metrics and `worker status`
+// (Count, Top), and the age of the oldest due row (Oldest). Each
+// reconciler's store file declares its Due next to its row statement,
+// naming the index its queries read.
 //
 // Every query reads a row's partition through the reconciler's partial
 // index on (partition_key, deadline): a probe reads one index entry per
@@ -338,6 +339,37 @@ func (d *Due) Count(ctx context.Context, db DB, nowMs int64, f Filter, capRows i
 	}
 	c.Capped = c.Due+c.OutsideFilter >= int64(capRows)
 	return c, nil
+}
+
+// Oldest returns the deadline (Unix ms) of the oldest row due at nowMs
+// that passes f in partitions 0..partitionCount-1, and false when none is:
+// the age of a stall, which the due-rows count and the lateness of actions
+// that did commit cannot show. For rows due as soon as they exist it is the
+// oldest row's At.
+//
+// Cost: like Partitions, one probe per partition of the reconciler's
+// partial index on (partition_key, At), which LATERAL … ORDER BY At LIMIT 1
+// reads from its first entry; min over the partitions' first rows. A
+// backlog costs one row per partition, not its size (a row the filter or
+// Where rejects is stepped over, as a scan would).
+func (d *Due) Oldest(ctx context.Context, db DB, nowMs int64, partitionCount int, f Filter) (int64, bool, error) {
+	p := params{partitionCount}
+	cond := ""
+	if !d.Always {
+		cond = " AND " + d.dueBefore(p.add(nowMs))
+	}
+	cond += d.where(&p, f)
+	var oldest *int64
+	err := db.QueryRow(ctx, `SELECT min(due.at) FROM (SELECT g::smallint AS p FROM generate_series(0, $1::int - 1) AS g) AS s
+	 CROSS JOIN LATERAL (SELECT `+d.At+` AS at FROM `+d.from(!f.Empty())+` WHERE r.partition_key = s.p`+cond+`
+	                      ORDER BY `+d.At+` LIMIT 1) AS due`, p...).Scan(&oldest)
+	if err != nil {
+		return 0, false, fmt.Errorf("find the oldest of %s: %w", d.What, err)
+	}
+	if oldest == nil {
+		return 0, false, nil
+	}
+	return *oldest, true, nil
 }
 
 // PartitionDue is the number of due rows in one partition.

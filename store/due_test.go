@@ -324,6 +324,38 @@ func TestDueScans(t *testing.T) {
 					t.Fatalf("first row due at %d; want %d", first[0].AtMs, now-300)
 				}
 			})
+			// Oldest: the age gauge's deadline is the oldest due row's that
+			// passes the filter, over the partitions asked for. A regression
+			// (a probe that reads the newest row, ignores the filter or the
+			// partition count) reports a stall where there is none or hides
+			// one.
+			oldestB := now - 200
+			if !tc.due.Tenant {
+				oldestB = now - 300
+			}
+			oldest := []struct {
+				name   string
+				filter store.Filter
+				parts  int
+				want   int64
+				found  bool
+			}{
+				{"All", store.Filter{}, 256, now - 300, true},
+				{"Namespace", store.Filter{Namespace: "b"}, 256, oldestB, true},
+				{"NamespaceAndTagMismatch", store.Filter{Namespace: "b", TagKey: "cairn.instance_id", TagValue: "i1"}, 256, now - 300, !tc.due.Tenant},
+				{"PartitionCountLimitsIt", store.Filter{}, 11, 0, false},
+			}
+			for _, tt := range oldest {
+				t.Run("Oldest"+tt.name, func(t *testing.T) {
+					got, found, err := tc.due.Oldest(ctx, db, now, tt.parts, tt.filter)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if found != tt.found || (found && got != tt.want) {
+						t.Fatalf("Oldest = %d, %v; want %d, %v", got, found, tt.want, tt.found)
+					}
+				})
+			}
 			t.Run("PartitionCountLimitsTheProbe", func(t *testing.T) {
 				parts, err := tc.due.Partitions(ctx, db, store.NoLowerBound, now, 12, store.Filter{})
 				if err != nil || !slices.Equal(parts, []int16{11}) {

@@ -17,10 +17,11 @@ import (
 // downstream execution (see package store); it shares its due rows (and so
 // its tick's probe and its scan) with CancelReconcile.
 var CancelDispatch = define[jobs.CancelDispatchTickArgs, jobs.CancelDispatchScanArgs](Reconciler{
-	Name:     "cancel_dispatch",
-	Interval: time.Second,
-	Due:      store.PendingCancelGroups,
-	Tables:   []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
+	Name:        "cancel_dispatch",
+	Interval:    time.Second,
+	Due:         store.PendingCancelGroups,
+	Tables:      []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
+	NoOpReasons: []NoOpReason{NoOpGone, NoOpLocked, NoOpFlagClear},
 }, func(p int16, x store.DueRow) jobs.CancelDispatchArgs {
 	return jobs.CancelDispatchArgs{Partition: p, FlowID: x.ID, DownstreamEID: x.ID2}
 }, func(d *deps) river.Worker[jobs.CancelDispatchArgs] { return &cancelDispatchWorker{d: d} })
@@ -62,13 +63,15 @@ func (w *cancelDispatchWorker) Work(ctx context.Context, job *river.Job[jobs.Can
 			"siblings", res.RawFieldsMalformed)
 	}
 	if !res.Changed() {
-		c.NoOps.Add(1)
 		switch res.Outcome {
 		case store.LeftLocked:
+			c.NoOp(NoOpLocked)
 			log.Debug("edge group locked by another transaction; left for the next tick")
 		case store.LeftForReconciler:
+			c.NoOp(NoOpFlagClear)
 			log.Debug("edge group flag clear; left for the reconciler")
 		default:
+			c.NoOp(NoOpGone)
 			log.Debug("pending row already gone; nothing to do")
 		}
 		return nil

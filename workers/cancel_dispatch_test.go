@@ -120,6 +120,11 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 	if st.NoOps < 1 || st.Applied != 0 || st.Errors != 0 {
 		t.Fatalf("stats = %+v; want a no-op, nothing applied, no errors", st)
 	}
+	// Each of them for the lock: a regression counts them as gone or as a
+	// clear flag, and the metric sends an operator after the wrong cause.
+	if len(st.NoOpsByReason) != 1 || st.NoOpsByReason[workers.NoOpLocked.String()] < 1 {
+		t.Fatalf("no-ops by reason = %v; want only %s", st.NoOpsByReason, workers.NoOpLocked)
+	}
 	completedWhileLocked := dispatchJobs("completed")
 
 	if err := holder.Rollback(ctx); err != nil {

@@ -15,10 +15,11 @@ import (
 // members are all settled is cleared. FlowFabric's edge_cancel_reconciler,
 // every 10 s.
 var CancelReconcile = define[jobs.CancelReconcileTickArgs, jobs.CancelReconcileScanArgs](Reconciler{
-	Name:     "cancel_reconcile",
-	Interval: 10 * time.Second,
-	Due:      store.PendingCancelGroups,
-	Tables:   []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
+	Name:        "cancel_reconcile",
+	Interval:    10 * time.Second,
+	Due:         store.PendingCancelGroups,
+	Tables:      []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
+	NoOpReasons: []NoOpReason{NoOpGone, NoOpMembersLive},
 }, func(p int16, x store.DueRow) jobs.CancelReconcileArgs {
 	return jobs.CancelReconcileArgs{Partition: p, FlowID: x.ID, DownstreamEID: x.ID2}
 }, func(d *deps) river.Worker[jobs.CancelReconcileArgs] { return &cancelReconcileWorker{d: d} })
@@ -53,7 +54,11 @@ func (w *cancelReconcileWorker) Work(ctx context.Context, job *river.Job[jobs.Ca
 		log.Warn("edge group lists members that are not UUIDs; ignored them", "bad_members", res.BadMembers)
 	}
 	if !res.Changed() {
-		c.NoOps.Add(1)
+		why := NoOpMembersLive
+		if res.Outcome == store.PendingGone {
+			why = NoOpGone
+		}
+		c.NoOp(why)
 		log.Debug("pending cancel group left as is", "live_members", res.Live)
 		return nil
 	}

@@ -38,11 +38,12 @@ const (
 // partition + execution_id form and without "at", so a sweep and an ad-hoc
 // promotion of that form for the same execution share one unique key.
 var DelayedPromotion = define[jobs.DelayedPromotionTickArgs, jobs.DelayedPromotionScanArgs](Reconciler{
-	Name:      "delayed_promotion",
-	Interval:  time.Second,
-	Due:       store.DelayedExecutions,
-	Tables:    []string{"ff_exec_core"},
-	Lookahead: true,
+	Name:        "delayed_promotion",
+	Interval:    time.Second,
+	Due:         store.DelayedExecutions,
+	Tables:      []string{"ff_exec_core"},
+	Lookahead:   true,
+	NoOpReasons: []NoOpReason{NoOpNoLongerDue, NoOpGone, NoOpNotDueYet, NoOpLostRace},
 }, func(p int16, x store.DueRow) jobs.PromoteArgs {
 	return jobs.PromoteArgs{Partition: &p, ExecutionID: x.ID}
 }, func(d *deps) river.Worker[jobs.PromoteArgs] {
@@ -95,7 +96,16 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 	if err := w.d.checkTenant(ctx, DelayedPromotion, target.Partition, store.DueRow{ID: target.UUID}, log); err != nil {
 		return err
 	}
-	c.NoOps.Add(1)
+	switch res.Outcome {
+	case store.PromoteMissing:
+		c.NoOp(NoOpGone)
+	case store.PromoteNotDue:
+		c.NoOp(NoOpNotDueYet)
+	case store.PromoteRaced:
+		c.NoOp(NoOpLostRace)
+	default:
+		c.NoOp(NoOpNoLongerDue)
+	}
 	if res.Outcome == store.PromoteNotDue && res.DeadlineAtMs != nil {
 		wait := time.Until(time.UnixMilli(*res.DeadlineAtMs))
 		snoozes := snoozeCount(job.Metadata)

@@ -69,7 +69,7 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 	case store.CompletionOutsideTenant:
 		return w.d.outsideTenant(Dependency, a.Partition, log)
 	case store.CompletionAlreadyDispatched:
-		c.NoOps.Add(1)
+		c.NoOp(NoOpNoLongerDue)
 		log.Debug("completion event already dispatched or gone; nothing to do")
 		jobLog(ctx).Info("completion event already dispatched or gone", "partition", a.Partition, "event_id", a.EventID)
 		return nil

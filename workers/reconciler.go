@@ -52,6 +52,11 @@ type Reconciler struct {
 	// it runs only when Config.Retention is set (retention). It has no row
 	// jobs: its partition job acts on the rows itself.
 	Retained bool
+	// NoOpReasons are the reasons its row actions can change nothing for,
+	// as far as its statements tell (metrics export each, zero until one
+	// occurs). Defaults to NoOpNoLongerDue alone; none for retention,
+	// whose trim has no row actions.
+	NoOpReasons []NoOpReason
 
 	tickKind, scanKind, rowKind string
 	// scanQueue is the queue of its partition jobs.
@@ -111,6 +116,9 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 	if r.AllTenants == r.Due.Tenant {
 		panic(fmt.Sprintf("reconciler %s: AllTenants is %v and its Due's Tenant is %v; a reconciler's rows either belong to a tenant or to none",
 			r.Name, r.AllTenants, r.Due.Tenant))
+	}
+	if r.NoOpReasons == nil {
+		r.NoOpReasons = []NoOpReason{NoOpNoLongerDue}
 	}
 	r.tick = t
 	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()

@@ -137,7 +137,7 @@ func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (
 		if err := d.checkTenant(ctx, a.r, a.partition, a.row, logs.proc); err != nil {
 			return res, logs, false, err
 		}
-		d.stats(a.r).NoOps.Add(1)
+		d.stats(a.r).NoOp(NoOpNoLongerDue)
 		logs.proc.Debug(a.noop)
 		logs.job.Info(a.noop)
 		return res, logs, false, nil

@@ -523,7 +523,16 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
-		Retention: cfg.Retention, DependencyStaleThreshold: cfg.DependencyStaleThreshold,
+		Retention: cfg.Retention, DependencyStaleThreshold: cfg.DependencyStaleThreshold, PartitionCount: cfg.PartitionCount, BudgetPartitionCount: cfg.BudgetPartitionCount,
+		Intervals: cfg.Reconcilers,
+		// Read at scrape time: the client is built below.
+		ClientID: func() string {
+			if f.Client == nil {
+				return ""
+			}
+			return f.Client.ID()
+		},
+		Pools: map[string]*pgxpool.Pool{"river": f.RiverPool, "work": f.WorkPool, "tick": f.TickPool},
 	})
 	var wake func(time.Time)
 	if !cfg.PollOnly {

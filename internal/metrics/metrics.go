@@ -1,12 +1,18 @@
 // Package metrics exposes the fleet's Prometheus metrics: what each
 // reconciler did (from workers.Stats), tick durations and lateness
-// histograms, a due-rows gauge, and River job counts by kind and state.
+// histograms, the due rows and the age of the oldest of them, River job
+// counts by kind and state, River's leadership, the connection pools and
+// the build.
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +24,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -40,12 +47,29 @@ type Config struct {
 	DueCap int
 	// Retention is the fleet's retention: terminal executions older than
 	// it are due for retention. Defaults to none: retention's due gauge is
-	// not exported.
+	// not exported, and its oldest due row's age is 0.
 	Retention time.Duration
 	// DependencyStaleThreshold is the dependency reconciler's stale
 	// threshold: completion events committed longer ago are due (see
 	// workers.Config.DependencyStaleThreshold).
 	DependencyStaleThreshold time.Duration
+	// PartitionCount and BudgetPartitionCount are the partition spaces the
+	// oldest-due probe walks, as workers.Config's. Default to
+	// jobs.PartitionCount and workers.DefaultBudgetPartitionCount.
+	PartitionCount, BudgetPartitionCount int
+	// Intervals are the tick intervals of the reconcilers this process
+	// runs, exported as tick_interval_seconds: the stall alert's threshold
+	// is a few of them. Defaults to none.
+	Intervals map[string]time.Duration
+	// ClientID returns this process's River client ID, read at scrape time,
+	// for the leader gauge. Nil (or "") exports no leader gauge.
+	ClientID func() string
+	// Pools are the process's connection pools by name ("river", "work",
+	// "tick"), exported with their use and waits. Defaults to none.
+	Pools map[string]*pgxpool.Pool
+	// CacheFor is how long the values read from the database are served
+	// before a scrape starts a new read. Defaults to 5 s.
+	CacheFor time.Duration
 }
 
 // Metrics is a registry with the fleet's collectors.
@@ -64,6 +88,9 @@ func New(cfg Config) *Metrics {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.PartitionCount = cmp.Or(cfg.PartitionCount, jobs.PartitionCount)
+	cfg.BudgetPartitionCount = cmp.Or(cfg.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
+	cfg.CacheFor = cmp.Or(cfg.CacheFor, 5*time.Second)
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tickDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -78,17 +105,59 @@ func New(cfg Config) *Metrics {
 		}, []string{"reconciler", "step"}),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "lateness_seconds",
-			Help:    "Time from a row's deadline to the commit of the action that fixed it.",
+			Help: "Time from a row's deadline to the commit of the action that fixed it, for every reconciler with a deadline. " +
+				"cancel_dispatch and cancel_reconcile have none: a pending cancel group is due as soon as it exists, " +
+				"so there is no deadline to be late against; oldest_due_seconds shows how long their groups wait.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 1.5, 2, 3, 5, 10, 30, 60, 300},
 		}, []string{"reconciler"}),
 	}
-	m.reg.MustRegister(m.tickDuration, m.jobDuration, m.lateness,
+	// Every reconciler with a deadline has its lateness series from the
+	// start, so that a panel shows it empty rather than missing.
+	for _, r := range workers.All() {
+		if !r.Due.Always {
+			m.lateness.WithLabelValues(r.Name)
+		}
+	}
+	m.lateness.WithLabelValues(workers.OutboxRetentionName)
+	intervals := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "tick_interval_seconds",
+		Help: "Tick interval of each reconciler this process runs (absent: not run here). The stall alert compares oldest_due_seconds with a few of them.",
+	}, []string{"reconciler"})
+	for name, d := range cfg.Intervals {
+		intervals.WithLabelValues(name).Set(d.Seconds())
+	}
+	m.reg.MustRegister(m.tickDuration, m.jobDuration, m.lateness, intervals,
 		&statsCollector{stats: cfg.Stats},
 		newDBCollector(cfg),
+		newPoolCollector(cfg.Pools),
+		buildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// buildInfo is ffreconcile_build_info, 1 with the binary's module version,
+// Go version and VCS revision as labels ("unknown" where the build did not
+// record one, e.g. under go test).
+func buildInfo() prometheus.Collector {
+	version, goVersion, revision := "unknown", "unknown", "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version = cmp.Or(bi.Main.Version, version)
+		goVersion = cmp.Or(bi.GoVersion, goVersion)
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: namespace, Name: "build_info",
+		Help:        "Always 1; its labels say which build of the worker this process runs.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": goVersion, "revision": revision},
+	})
+	g.Set(1)
+	return g
 }
 
 // Handler serves /metrics.
@@ -143,7 +212,6 @@ var statDescs = []struct {
 	{"row_jobs_enqueued_ahead_total", "Row jobs inserted before their row's deadline, to start at it (a subset of row_jobs_enqueued_total).", func(s workers.Snapshot) int64 { return s.EnqueuedAhead }},
 	{"row_jobs_already_queued_total", "Rows whose row job was already queued (River's unique skip, or a job this process saw queued for a later start).", func(s workers.Snapshot) int64 { return s.AlreadyQueued }},
 	{"actions_applied_total", "Row actions that changed their row.", func(s workers.Snapshot) int64 { return s.Applied }},
-	{"actions_noop_total", "Row actions whose row no longer qualified under lock.", func(s workers.Snapshot) int64 { return s.NoOps }},
 	{"row_jobs_snoozed_total", "Row jobs that started before their row was due and snoozed until it.", func(s workers.Snapshot) int64 { return s.Snoozes }},
 	{"rows_skipped_total", "Rows or jobs skipped as malformed or invalid, with a warning.", func(s workers.Snapshot) int64 { return s.Skipped }},
 	{"scan_deadlock_retries_total", "Scan inserts run again at once after Postgres chose them as a deadlock's victim.", func(s workers.Snapshot) int64 { return s.DeadlockRetries }},
@@ -158,10 +226,19 @@ var descs = func() []*prometheus.Desc {
 	return out
 }()
 
+var noopDesc = prometheus.NewDesc(namespace+"_actions_noop_total",
+	"Row actions that changed nothing, by reason: no_longer_due (the row no longer qualified under its lock: renewed, resolved, "+
+		"moved or deleted; a one-statement action cannot tell which), gone (already deleted), not_due_yet, locked (held by "+
+		"another transaction, offered again next tick), flag_clear (a pending cancel group cancel_dispatch leaves for "+
+		"cancel_reconcile to delete), members_live (one cancel_reconcile leaves for cancel_dispatch), lost_race (changed "+
+		"by a transaction that committed while the action waited for its lock).",
+	[]string{"reconciler", "reason"}, nil)
+
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descs {
 		ch <- d
 	}
+	ch <- noopDesc
 }
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -171,24 +248,53 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		for i, d := range statDescs {
 			ch <- prometheus.MustNewConstMetric(descs[i], prometheus.CounterValue, float64(d.get(s)), name)
 		}
+		// Each reason the reconciler's statements can tell, from zero, and
+		// any other that occurred.
+		reasons := map[string]bool{}
+		if r, ok := workers.ByName(name); ok {
+			for _, why := range r.NoOpReasons {
+				reasons[why.String()] = true
+			}
+		}
+		for why := range s.NoOpsByReason {
+			reasons[why] = true
+		}
+		for why := range reasons {
+			ch <- prometheus.MustNewConstMetric(noopDesc, prometheus.CounterValue, float64(s.NoOpsByReason[why]), name, why)
+		}
 	}
 }
 
-// dbCollector reads the due-rows gauge and River's job counts at scrape
-// time, at most once per cacheFor however many scrapers ask.
+// dbCollector reads the due-rows gauges, the oldest due rows, River's job
+// counts and its leadership at scrape time, at most once per CacheFor
+// however many scrapers ask. Only the first scrape waits for the read: a
+// later one that finds the values older than CacheFor starts a new read and
+// serves the last values meanwhile. A scrape then never waits for the
+// database: on a loaded server the ~24 reads took 0.7-1.5 s, past a 2 s
+// scrape's timeout now and then, and a scrape that times out makes the
+// process look down (up 0) when only the database is slow, which
+// database_up says.
+//
+// Every process reads them, not only River's leader: the oldest due row
+// must still rise when the leader is gone or no process leads, which is
+// when a stall matters; dashboards and alerts take the max across the
+// fleet. The cost per process is one read every 5 s at most: a count of up
+// to DueCap index entries and one index probe per partition per
+// reconciler, and a count of the fleet's River jobs.
 type dbCollector struct {
 	cfg      Config
 	due      *prometheus.Desc
 	outside  *prometheus.Desc
+	oldest   *prometheus.Desc
 	riverJob *prometheus.Desc
+	leader   *prometheus.Desc
 	up       *prometheus.Desc
 
-	mu      sync.Mutex
-	last    time.Time
-	metrics []prometheus.Metric
+	mu         sync.Mutex
+	last       time.Time
+	metrics    []prometheus.Metric
+	refreshing bool // a read is under way in the background
 }
-
-const cacheFor = 5 * time.Second
 
 func newDBCollector(cfg Config) *dbCollector {
 	return &dbCollector{
@@ -197,8 +303,18 @@ func newDBCollector(cfg Config) *dbCollector {
 			[]string{"reconciler"}, nil),
 		outside: prometheus.NewDesc(namespace+"_due_rows_outside_filter", "Due rows this fleet's tenant filter leaves to other fleets (skipped by filter).",
 			[]string{"reconciler"}, nil),
-		riverJob: prometheus.NewDesc(namespace+"_river_jobs", "River jobs of this fleet's kinds, by kind and state.",
-			[]string{"kind", "state"}, nil),
+		oldest: prometheus.NewDesc(namespace+"_oldest_due_seconds",
+			"Seconds since the oldest row due for a reconciler (passing this fleet's tenant filter) fell due; 0 when none is. "+
+				"Rises steadily while a reconciler stalls. Pending cancel groups are due from their enqueue; retention's rows "+
+				"from their terminal time plus the retention (0 without one).",
+			[]string{"reconciler"}, nil),
+		riverJob: prometheus.NewDesc(namespace+"_river_jobs",
+			"River jobs of this fleet's kinds, by reconciler, kind and state (every state, 0 when it holds none; "+
+				"discarded: jobs that ran out of retries).",
+			[]string{"reconciler", "kind", "state"}, nil),
+		leader: prometheus.NewDesc(namespace+"_leader",
+			"1 when this process's River client holds the fleet's leadership (river_leader, unexpired), else 0; "+
+				"absent when it could not be read. Exactly one process of a fleet should report 1.", nil, nil),
 		up: prometheus.NewDesc(namespace+"_database_up", "1 when the last scrape could read the database.", nil, nil),
 	}
 }
@@ -206,71 +322,239 @@ func newDBCollector(cfg Config) *dbCollector {
 func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.due
 	ch <- c.outside
+	ch <- c.oldest
 	ch <- c.riverJob
+	ch <- c.leader
 	ch <- c.up
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.last) > cacheFor {
-		c.metrics = c.read()
-		c.last = time.Now()
+	if c.metrics == nil {
+		// The first scrape reads (other scrapes wait for it).
+		c.metrics, c.last = c.read(), time.Now()
+	} else if time.Since(c.last) > c.cfg.CacheFor && !c.refreshing {
+		c.refreshing = true
+		go func() {
+			m := c.read()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.metrics, c.last, c.refreshing = m, time.Now(), false
+		}()
 	}
-	for _, m := range c.metrics {
+	metrics := c.metrics
+	c.mu.Unlock()
+	for _, m := range metrics {
 		ch <- m
 	}
 }
 
-// readTimeout bounds each of a scrape's reads (one per reconciler, one of
-// River's jobs) rather than the scrape as a whole, so that a slow database
-// makes a scrape slower but does not starve the reads that come last: ten
-// reconcilers' counts sharing one budget once left the River job gauge
-// empty on a loaded server.
+// readTimeout bounds each of a scrape's reads (two per reconciler, one of
+// River's jobs, one of its leader) rather than the scrape as a whole, so
+// that a slow database makes a scrape slower but does not starve the reads
+// that come last: ten reconcilers' counts sharing one budget once left the
+// River job gauge empty on a loaded server.
 const readTimeout = 3 * time.Second
+
+// inReadTx runs read in a transaction of its own in which Postgres stops any
+// statement after readTimeout (statement_timeout; the context, a second
+// later, only backs it up) and plans without JIT. The oldest-due probe is
+// costed as if each partition's probe read every child of the table, which
+// passes jit_above_cost: on a session with JIT on, compiling its ~1,800
+// expressions took 20 s for a read of a few index entries (the fleet's work
+// pool has JIT off; this holds whatever pool the metrics are given).
+func (c *dbCollector) inReadTx(read func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), readTimeout+time.Second)
+	defer cancel()
+	tx, err := c.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`,
+		strconv.FormatInt(readTimeout.Milliseconds(), 10)); err != nil {
+		return err
+	}
+	return read(ctx, tx)
+}
 
 func (c *dbCollector) read() []prometheus.Metric {
 	var out []prometheus.Metric
 	up := 1.0
 	now := store.NowMs()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
+	}
+	parts := workers.Config{PartitionCount: c.cfg.PartitionCount, BudgetPartitionCount: c.cfg.BudgetPartitionCount}
 	for _, r := range workers.All() {
 		if r.Retained && c.cfg.Retention <= 0 {
+			// Nothing is due for retention without a retention.
+			gauge(c.oldest, 0, r.Name)
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-		dc, err := r.Due.Count(ctx, c.cfg.Pool, r.DueAt(now, workers.Config{Retention: c.cfg.Retention, DependencyStaleThreshold: c.cfg.DependencyStaleThreshold}), c.cfg.Filter, c.cfg.DueCap)
-		cancel()
+		dueAt := r.DueAt(now, workers.Config{Retention: c.cfg.Retention, DependencyStaleThreshold: c.cfg.DependencyStaleThreshold})
+		var dc store.DueCount
+		err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
+			dc, err = r.Due.Count(ctx, tx, dueAt, c.cfg.Filter, c.cfg.DueCap)
+			return err
+		})
 		if err != nil {
 			c.cfg.Logger.Warn("metrics: count due rows", "reconciler", r.Name, "error", err)
 			up = 0
+		} else {
+			gauge(c.due, float64(dc.Due), r.Name)
+			if !c.cfg.Filter.Empty() {
+				gauge(c.outside, float64(dc.OutsideFilter), r.Name)
+			}
+		}
+		var (
+			at    int64
+			found bool
+		)
+		err = c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
+			at, found, err = r.Due.Oldest(ctx, tx, dueAt, r.Partitions(parts), c.cfg.Filter)
+			return err
+		})
+		if err != nil {
+			c.cfg.Logger.Warn("metrics: find the oldest due row", "reconciler", r.Name, "error", err)
+			up = 0
 			continue
 		}
-		out = append(out, prometheus.MustNewConstMetric(c.due, prometheus.GaugeValue, float64(dc.Due), r.Name))
-		if !c.cfg.Filter.Empty() {
-			out = append(out, prometheus.MustNewConstMetric(c.outside, prometheus.GaugeValue, float64(dc.OutsideFilter), r.Name))
+		age := 0.0
+		if found {
+			age = max(0, float64(dueAt-at)/1000)
 		}
+		gauge(c.oldest, age, r.Name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
-	defer cancel()
-	rows, err := c.cfg.Pool.Query(ctx, `SELECT kind, state::text, count(*) FROM `+
-		pgx.Identifier{c.cfg.RiverSchema, "river_job"}.Sanitize()+` WHERE kind LIKE 'ff.%' GROUP BY 1, 2`)
-	if err == nil {
-		for rows.Next() {
-			var kind, state string
-			var n int64
-			if err = rows.Scan(&kind, &state, &n); err != nil {
-				break
-			}
-			out = append(out, prometheus.MustNewConstMetric(c.riverJob, prometheus.GaugeValue, float64(n), kind, state))
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-	if err != nil {
+	if err := c.readRiverJobs(gauge); err != nil {
 		c.cfg.Logger.Warn("metrics: count River jobs", "error", err)
 		up = 0
 	}
-	return append(out, prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up))
+	if c.cfg.ClientID != nil {
+		if id := c.cfg.ClientID(); id != "" {
+			var l *store.RiverLeader
+			err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
+				l, err = store.CurrentRiverLeader(ctx, tx, c.cfg.RiverSchema)
+				return err
+			})
+			if err != nil {
+				c.cfg.Logger.Warn("metrics: read River's leader", "error", err)
+				up = 0
+			} else {
+				leads := 0.0
+				if l != nil && l.LeaderID == id && l.ExpiresIn > 0 {
+					leads = 1
+				}
+				gauge(c.leader, leads)
+			}
+		}
+	}
+	gauge(c.up, up)
+	return out
+}
+
+// riverJobKinds are the job kinds of the fleet, each with its reconciler:
+// every one is exported in every state, 0 when it has no job there.
+var riverJobKinds = func() map[string]string {
+	out := map[string]string{jobs.KindOutboxTrim: workers.OutboxRetentionName}
+	for _, r := range workers.All() {
+		for _, k := range []string{r.TickKind(), r.ScanKind(), r.RowKind()} {
+			if k != "" {
+				out[k] = r.Name
+			}
+		}
+	}
+	return out
+}()
+
+// readRiverJobs counts the fleet's River jobs by kind and state, and passes
+// each to gauge, zeros included.
+//
+// Cost: river_job's rows of kinds ff.%, every state (River keeps finished
+// jobs for their retention), once per CacheFor at most.
+func (c *dbCollector) readRiverJobs(gauge func(*prometheus.Desc, float64, ...string)) error {
+	type key struct{ kind, state string }
+	counts := map[key]int64{}
+	err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT kind, state::text, count(*) FROM `+
+			pgx.Identifier{c.cfg.RiverSchema, "river_job"}.Sanitize()+` WHERE kind LIKE 'ff.%' GROUP BY 1, 2`)
+		if err != nil {
+			return err
+		}
+		var (
+			kind, state string
+			n           int64
+		)
+		_, err = pgx.ForEachRow(rows, []any{&kind, &state, &n}, func() error {
+			counts[key{kind, state}] = n
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for k, r := range riverJobKinds {
+		for _, st := range rivertype.JobStates() {
+			gauge(c.riverJob, float64(counts[key{k, string(st)}]), r, k, string(st))
+			delete(counts, key{k, string(st)})
+		}
+	}
+	// Kinds of ff.* this build does not know (an older or newer fleet's).
+	for k, v := range counts {
+		gauge(c.riverJob, float64(v), reconcilerOfKind(k.kind), k.kind, k.state)
+	}
+	return nil
+}
+
+// reconcilerOfKind returns <name> of a kind ff.<name>.<step>.
+func reconcilerOfKind(kind string) string {
+	name, _, _ := strings.Cut(strings.TrimPrefix(kind, "ff."), ".")
+	return name
+}
+
+// poolCollector exports the connection pools' use and waits, read from
+// pgxpool's counters at scrape time (no database round trip).
+type poolCollector struct {
+	pools                                                          map[string]*pgxpool.Pool
+	inUse, idle, maxConns, acquires, waits, waitSeconds, cancelled *prometheus.Desc
+}
+
+func newPoolCollector(pools map[string]*pgxpool.Pool) *poolCollector {
+	d := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(namespace+"_pool_"+name, help, []string{"pool"}, nil)
+	}
+	return &poolCollector{
+		pools:    pools,
+		inUse:    d("connections_in_use", "Connections of the pool acquired now (river: River's own; work: row actions, scans; tick: ticks)."),
+		idle:     d("connections_idle", "Idle connections of the pool."),
+		maxConns: d("connections_max", "The pool's size (--work-conns for the work pool)."),
+		acquires: d("acquires_total", "Connections acquired from the pool."),
+		waits: d("acquire_waits_total",
+			"Acquires that found no idle connection and waited for one to be freed or opened: many mean the pool is too small for the load."),
+		waitSeconds: d("acquire_wait_seconds_total", "Time acquires spent waiting for a connection (rate: connections waited for, on average)."),
+		cancelled:   d("acquires_cancelled_total", "Acquires given up before a connection came (their context ended)."),
+	}
+}
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.inUse, c.idle, c.maxConns, c.acquires, c.waits, c.waitSeconds, c.cancelled} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, p := range c.pools {
+		s := p.Stat()
+		m := func(d *prometheus.Desc, t prometheus.ValueType, v float64) {
+			ch <- prometheus.MustNewConstMetric(d, t, v, name)
+		}
+		m(c.inUse, prometheus.GaugeValue, float64(s.AcquiredConns()))
+		m(c.idle, prometheus.GaugeValue, float64(s.IdleConns()))
+		m(c.maxConns, prometheus.GaugeValue, float64(s.MaxConns()))
+		m(c.acquires, prometheus.CounterValue, float64(s.AcquireCount()))
+		m(c.waits, prometheus.CounterValue, float64(s.EmptyAcquireCount()))
+		m(c.waitSeconds, prometheus.CounterValue, s.EmptyAcquireWaitTime().Seconds())
+		m(c.cancelled, prometheus.CounterValue, float64(s.CanceledAcquireCount()))
+	}
 }

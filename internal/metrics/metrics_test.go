@@ -44,6 +44,12 @@ func value(t *testing.T, body, sample string) float64 {
 	return v
 }
 
+// TestMetricsFollowTheWork: the counters, histograms and gauges follow a
+// fleet releasing expired leases; before it runs, the stall shows as the
+// age of the oldest due row (a regression: a gauge that stays 0, or drops
+// out, while nothing acts), and every series a dashboard or an alert reads
+// is there from the start with zeros (a regression: a panel or an alert
+// with no series until something happens).
 func TestMetricsFollowTheWork(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -66,6 +72,53 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	if v := value(t, body, `ffreconcile_database_up`); v != 1 {
 		t.Fatalf("database_up = %v", v)
 	}
+	// Nothing acts: the leases' deadline, 2 s ago, is the stall's age (for
+	// lease_expiry, and attempt_timeout, whose rows they are too).
+	if v := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="lease_expiry"}`); v < 2 {
+		t.Fatalf("oldest_due_seconds of leases 2 s overdue = %v; want at least 2\n%s", v, body)
+	}
+	for _, r := range workers.All() {
+		// Every reconciler, 0 when nothing is due (retention: off here).
+		oldest := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="`+r.Name+`"}`)
+		switch due := value(t, body, `ffreconcile_due_rows{reconciler="`+r.Name+`"}`); {
+		case due > 0 && oldest < 2:
+			t.Errorf("oldest_due_seconds{%s} = %v with %v rows 2 s overdue; want at least 2", r.Name, oldest, due)
+		case due <= 0 && oldest != 0:
+			t.Errorf("oldest_due_seconds{%s} = %v with nothing due; want 0", r.Name, oldest)
+		}
+		// Lateness for every reconciler with a deadline, none for the
+		// cancel pair, whose groups have none.
+		lateness := value(t, body, `ffreconcile_lateness_seconds_count{reconciler="`+r.Name+`"}`)
+		if want := 0.0; r.Due.Always {
+			if lateness != -1 {
+				t.Errorf("%s exports a lateness (%v) though its rows have no deadline", r.Name, lateness)
+			}
+		} else if lateness != want {
+			t.Errorf("lateness_seconds_count{%s} = %v; want %v before any action", r.Name, lateness, want)
+		}
+		for _, why := range r.NoOpReasons {
+			if v := value(t, body, `ffreconcile_actions_noop_total{reason="`+why.String()+`",reconciler="`+r.Name+`"}`); v != 0 {
+				t.Errorf("actions_noop_total{%s, %s} = %v; want 0 before any action", r.Name, why, v)
+			}
+		}
+	}
+	zeros := []string{
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="discarded"}`,
+		`ffreconcile_river_jobs{kind="ff.cancel_dispatch.tick",reconciler="cancel_dispatch",state="available"}`,
+		`ffreconcile_river_jobs{kind="ff.outbox_retention.trim",reconciler="outbox_retention",state="retryable"}`,
+		`ffreconcile_actions_noop_total{reason="flag_clear",reconciler="cancel_dispatch"}`,
+	}
+	for _, sample := range zeros {
+		if v := value(t, body, sample); v != 0 {
+			t.Errorf("%s = %v; want 0 before any job", sample, v)
+		}
+	}
+	if v := value(t, body, `ffreconcile_leader`); v != -1 {
+		t.Errorf("leader = %v without a River client; want no gauge", v)
+	}
+	if !regexp.MustCompile(`(?m)^ffreconcile_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`).MatchString(body) {
+		t.Errorf("no build_info with its labels:\n%s", body)
+	}
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
 	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
@@ -79,18 +132,42 @@ func TestMetricsFollowTheWork(t *testing.T) {
 
 	body = scrape(t, f.Metrics)
 	checks := map[string]float64{
-		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                 n,
-		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:               n,
-		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                   n,
-		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                          0,
-		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                n,
-		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                              0,
-		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",state="completed"}`:     n,
-		`ffreconcile_job_duration_seconds_count{reconciler="lease_expiry",step="row"}`: n,
+		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                                       n,
+		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:                                     n,
+		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                                         n,
+		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                                                0,
+		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                                      n,
+		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                                                    0,
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="completed"}`: n,
+		`ffreconcile_job_duration_seconds_count{reconciler="lease_expiry",step="row"}`:                       n,
 	}
 	for sample, want := range checks {
 		if got := value(t, body, sample); got != want {
 			t.Errorf("%s = %v; want %v", sample, got, want)
+		}
+	}
+	after := map[string]float64{
+		`ffreconcile_oldest_due_seconds{reconciler="lease_expiry"}`:                        0,
+		`ffreconcile_actions_noop_total{reason="no_longer_due",reconciler="lease_expiry"}`: 0,
+		`ffreconcile_leader`: 1,
+		`ffreconcile_tick_interval_seconds{reconciler="lease_expiry"}`:                                       1,
+		`ffreconcile_pool_connections_max{pool="work"}`:                                                      float64(f.Config.WorkConns),
+		`ffreconcile_pool_connections_max{pool="tick"}`:                                                      2,
+		`ffreconcile_river_jobs{kind="ff.lease_expiry.release",reconciler="lease_expiry",state="discarded"}`: 0,
+	}
+	for sample, want := range after {
+		if got := value(t, body, sample); got != want {
+			t.Errorf("%s = %v; want %v", sample, got, want)
+		}
+	}
+	// Reconcilers this process does not run have no interval: the stall
+	// alert leaves them alone.
+	if v := value(t, body, `ffreconcile_tick_interval_seconds{reconciler="retention"}`); v != -1 {
+		t.Errorf("tick_interval_seconds of retention, not run = %v; want none", v)
+	}
+	for _, pool := range []string{"river", "work", "tick"} {
+		if v := value(t, body, `ffreconcile_pool_acquires_total{pool="`+pool+`"}`); v < 1 {
+			t.Errorf("pool_acquires_total{%s} = %v; want the fleet's acquires", pool, v)
 		}
 	}
 	if v := value(t, body, `ffreconcile_tick_duration_seconds_count{reconciler="lease_expiry"}`); v < 1 {
@@ -116,10 +193,13 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 }
 
-// checkDashboard fails when the Grafana dashboard (docs/grafana) names a
-// metric /metrics does not export, after a fleet has done some work (so
-// the histograms have samples): a renamed metric would leave a panel empty
-// without anyone noticing.
+// checkDashboard fails when the Grafana dashboard (docs/grafana) or the
+// alert rules (docs/prometheus/alerts.yml) name a metric /metrics does not
+// export, after a fleet has done some work (so the histograms have
+// samples): a renamed metric would leave a panel empty, or an alert
+// silent, without anyone noticing. The dashboard's rates use Grafana's
+// $__rate_interval: a fixed window shorter than four scrape intervals
+// draws nothing.
 func checkDashboard(t *testing.T, body string) {
 	t.Helper()
 	raw, err := os.ReadFile("../../docs/grafana/ffreconcile.json")
@@ -138,6 +218,8 @@ func checkDashboard(t *testing.T, body string) {
 		t.Fatalf("dashboard: %v", err)
 	}
 	names := regexp.MustCompile(`\bffreconcile_[a-z_]+`)
+	exported := func(name string) bool { return regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) }
+	fixedWindow := regexp.MustCompile(`\[[0-9]+[smhd]\]`)
 	seen := 0
 	for _, p := range dash.Panels {
 		if len(p.Targets) == 0 {
@@ -146,13 +228,71 @@ func checkDashboard(t *testing.T, body string) {
 		for _, target := range p.Targets {
 			for _, name := range names.FindAllString(target.Expr, -1) {
 				seen++
-				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(body) {
+				if !exported(name) {
 					t.Errorf("panel %q queries %s, which /metrics does not export", p.Title, name)
 				}
 			}
+			if w := fixedWindow.FindString(target.Expr); w != "" {
+				t.Errorf("panel %q uses the fixed window %s; want [$__rate_interval]: %s", p.Title, w, target.Expr)
+			}
 		}
 	}
-	if seen < 8 {
+	if seen < 20 {
 		t.Errorf("the dashboard names only %d metrics; the check read too little", seen)
 	}
+	rules, err := os.ReadFile("../../docs/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inRules := names.FindAllString(string(rules), -1)
+	for _, name := range inRules {
+		if !exported(name) {
+			t.Errorf("docs/prometheus/alerts.yml names %s, which /metrics does not export", name)
+		}
+	}
+	if len(inRules) < 6 {
+		t.Errorf("the alert rules name only %d metrics; the check read too little", len(inRules))
+	}
+}
+
+// TestScrapeServesLastValuesWhileReading: once the first scrape has read
+// the database, a scrape never waits for it: it serves the last values and
+// starts a new read, whose result a later scrape serves. A regression makes
+// a scrape wait for a slow database until the read's statement_timeout
+// (3 s), past a short scrape's timeout, and then report database_up 0:
+// Prometheus would show the process down when only the database is slow.
+func TestScrapeServesLastValuesWhileReading(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testdb.New(t)
+	m := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, CacheFor: time.Nanosecond})
+	up := func() float64 { return value(t, scrape(t, m), `ffreconcile_database_up`) }
+	if v := up(); v != 1 {
+		t.Fatalf("database_up = %v at the first scrape; want 1", v)
+	}
+
+	// Hold river_job: the next read's count of River's jobs waits for the
+	// lock until its statement timeout.
+	tx, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `LOCK TABLE river.river_job IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if v := up(); v != 1 {
+		t.Fatalf("database_up = %v while a read waits for a lock; want the last read's 1, served at once", v)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "the blocked read reported", func() (bool, string) {
+		v := up()
+		return v == 0, fleettest.Statusf("database_up %v", v)
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WaitFor(t, 30*time.Second, "a read after the lock reported", func() (bool, string) {
+		v := up()
+		return v == 1, fleettest.Statusf("database_up %v", v)
+	})
 }
