@@ -19,7 +19,7 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--malformed", "--database-url", db.URL)
-	if code != 0 || !strings.HasPrefix(out, "demo: inserted 24 items") {
+	if code != 0 || !strings.HasPrefix(out, "demo: inserted 25 items") {
 		t.Fatalf("worker demo --once: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
@@ -62,6 +62,8 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"budget usage", `SELECT count(*) FROM ff_budget_usage u JOIN ff_budget_policy p USING (partition_key, budget_id)
 		   WHERE p.next_reset_at_ms IS NOT NULL AND u.current_value > 0`, 2},
 		{"workers", `SELECT count(*) FROM ff_worker_registry WHERE namespace = 'demo'`, 1},
+		{"flow steps", `SELECT count(*) FROM ff_completion_event ev WHERE dispatched_at_ms IS NULL AND namespace = 'demo'
+		   AND instance_tag = 'demo-1' AND (SELECT count(*) FROM ff_edge e WHERE e.flow_id = ev.flow_id) = 2`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -210,6 +212,18 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			cancelled := count(`SELECT count(*) FROM ff_exec_core WHERE cancellation_reason = 'sibling_quorum_satisfied'`)
 			return flagged == 0 && cancelled == c.Siblings,
 				fleettest.Statusf("%d groups flagged, %d of %d siblings cancelled", flagged, cancelled, c.Siblings)
+		},
+		// Every demo completion event dispatched: a succeeded upstream's
+		// downstream eligible, a failed one's downstream and the one after
+		// it skipped (the chain), each skipped event dispatched too.
+		workers.Dependency: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL AND flow_id IS NOT NULL`)
+			eligible := count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+			   AND public_state = 'waiting' AND attempt_state = 'pending' AND flow_id IN (SELECT flow_id FROM ff_edge)`)
+			skipped := count(`SELECT count(*) FROM ff_exec_core WHERE public_state = 'skipped'`)
+			ok := c.Items[demo.FlowStep] - c.FlowsFailed
+			return left == 0 && eligible == ok && skipped == 2*c.FlowsFailed,
+				fleettest.Statusf("%d undispatched, %d of %d downstreams eligible, %d of %d skipped", left, eligible, ok, skipped, 2*c.FlowsFailed)
 		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (
