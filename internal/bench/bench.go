@@ -298,6 +298,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
 	}
 	if err == nil {
+		_, err = migrations.ApplyPromoteFunction(ctx, tpool, "river")
+	}
+	if err == nil {
 		err = migrations.ApplyOutboxTrimTable(ctx, tpool)
 	}
 	if err == nil {
