@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -75,7 +76,8 @@ func uniqueStatesBitmask(states []rivertype.JobState) byte {
 //   - the insert is River's JobInsertFastMany: ON CONFLICT on River's unique
 //     index, a conflict returning the queued job (xmax <> 0);
 //   - an available job is announced as River's client does (pg_notify on
-//     "<schema>.river_insert", {"queue": "<queue>"}), delivered at commit.
+//     "<schema>.river_insert", {"queue": "<queue>"}), delivered at commit,
+//     by one of the transactions calling at once (see the template).
 //
 // It runs with the caller's rights (INSERT and UPDATE on river_job, USAGE
 // on its sequence) and a fixed search_path, so a caller's search_path
@@ -113,6 +115,7 @@ func PromoteFunctionSQL(schema string) (string, error) {
 		"$AT_MIN", quoteLiteral(jobs.PromoteAtMin.Format("2006-01-02 15:04:05Z07:00")),
 		"$AT_MAX", quoteLiteral(jobs.PromoteAtMax.Format("2006-01-02 15:04:05Z07:00")),
 		"$CHANNEL", quoteLiteral(schema+".river_insert"),
+		"$NOTIFY_LOCK", strconv.FormatInt(notifyLockKey(schema, opts.Queue), 10),
 		"$PAYLOAD", quoteLiteral(fmt.Sprintf("{\"queue\": %q}", opts.Queue)),
 		"$COMMENT", quoteLiteral(fmt.Sprintf("%s version %d: enqueues the ad-hoc promotion jobs.PromoteArgs{Partition, ExecutionID, At} "+
 			"exactly as River's Go client would, in the caller's transaction. Installed by `worker migrate`; do not edit.",
@@ -204,14 +207,31 @@ BEGIN
         DO UPDATE SET kind = j.kind
     RETURNING j.id, (j.xmax <> 0) INTO job_id, duplicate;
 
+    -- River's notification, from one of the transactions calling at once:
+    -- a NOTIFY holds a database-wide lock through its commit, so one from
+    -- every call would commit them one at a time. The others' jobs are
+    -- fetched with the winner's or, at worst, at the fleet's next poll, as
+    -- River's Go client, which notifies a queue once per fetch cooldown.
     IF NOT duplicate AND v_state = 'available' THEN
-        PERFORM pg_notify($CHANNEL, $PAYLOAD);
+        IF pg_try_advisory_xact_lock($NOTIFY_LOCK) THEN
+            PERFORM pg_notify($CHANNEL, $PAYLOAD);
+        END IF;
     END IF;
     RETURN NEXT;
 END
 $fn$;
 COMMENT ON FUNCTION $SCHEMA.$NAME(smallint, uuid, timestamptz) IS $COMMENT;
 `
+
+// notifyLockKey is the transaction-scoped advisory lock the function's
+// callers take, without waiting, to decide which of them sends the insert
+// notification for queue in schema (a 64-bit FNV-1a of both: callers of
+// different River schemas do not share it).
+func notifyLockKey(schema, queue string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("ffreconcile_promote notify " + schema + "." + queue))
+	return int64(h.Sum64())
+}
 
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

@@ -289,8 +289,9 @@ func TestPromoteFunctionDedupesWithGoClients(t *testing.T) {
 // rolls back never existed (no row, no notification); a committed one that
 // is available at once wakes River's producers as a Go client's insert does
 // (a notification on "river.river_insert" with {"queue": "ff_rows"}, sent at
-// commit), and a scheduled one sends none, as Go's does not. A notification
-// sentinel sent afterwards orders the check without waiting.
+// commit), and a scheduled one sends none, as Go's does not. Transactions
+// calling at once send one between them. A notification sentinel sent
+// afterwards orders each check without waiting.
 func TestPromoteFunctionInTheCallersTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -361,6 +362,36 @@ func TestPromoteFunctionInTheCallersTransaction(t *testing.T) {
 	}
 	if got := next(t); got != `{"queue": "ff_rows"}` {
 		t.Fatalf("insert notification %q; want River's {\"queue\": \"ff_rows\"}", got)
+	}
+
+	// Transactions calling at once send one notification between them, not
+	// one each: a NOTIFY serialises commits database-wide.
+	txA, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txA.Rollback(ctx) //nolint:errcheck
+	txB, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txB.Rollback(ctx) //nolint:errcheck
+	for _, tx := range []pgx.Tx{txA, txB} {
+		if _, _, err := promoteSQL(ctx, tx, p, uuid.NewString(), nil, time.UTC); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tx := range []pgx.Tx{txB, txA} {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sentinel(t, "after-concurrent")
+	if got := next(t); got != `{"queue": "ff_rows"}` {
+		t.Fatalf("notification %q after two concurrent promotions; want one insert notification", got)
+	}
+	if got := next(t); got != "after-concurrent" {
+		t.Fatalf("notification %q; want the sentinel after a single insert notification", got)
 	}
 
 	later := time.Now().Add(time.Hour)
