@@ -207,7 +207,8 @@ var errRollback = errors.New("roll back")
 
 // TestPromoteFunctionDedupesWithGoClients: an unfinished promotion queued by
 // either the SQL function or a Go client makes the other's identical insert
-// a duplicate returning the queued job's id, in both orders; once the job
+// a duplicate returning the queued job's id, in both orders; a call while
+// an identical one's transaction is open waits for its outcome; once the job
 // finished, the key is free again. A regression inserts a second job, which
 // the fleet would run twice.
 func TestPromoteFunctionDedupesWithGoClients(t *testing.T) {
@@ -260,6 +261,61 @@ func TestPromoteFunctionDedupesWithGoClients(t *testing.T) {
 			}
 			if got, dup := sqlCommitted(t, id, at); !dup || got != res.Job.ID {
 				t.Fatalf("SQL insert after Go (at %v): job %d, duplicate %v; want job %d, duplicate", at, got, dup, res.Job.ID)
+			}
+		}
+	})
+	t.Run("ConcurrentCallersWaitForTheFirst", func(t *testing.T) {
+		// A second call while the first's transaction is open waits on
+		// River's unique index: a duplicate of the first once it commits, a
+		// new job if it rolls back.
+		for _, commit := range []bool{true, false} {
+			id := uuid.NewString()
+			txA, err := db.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, _, err := promoteSQL(ctx, txA, p, id, nil, time.UTC)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				id  int64
+				dup bool
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				r.err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+					var err error
+					r.id, r.dup, err = promoteSQL(ctx, tx, p, id, nil, time.UTC)
+					return err
+				})
+				done <- r
+			}()
+			// The second call is waiting for txA's row lock before txA ends.
+			waitUntil(t, func() bool {
+				var waiting bool
+				_ = db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()
+					AND wait_event_type = 'Lock' AND query LIKE '%ffreconcile_promote%')`).Scan(&waiting)
+				return waiting
+			})
+			if commit {
+				err = txA.Commit(ctx)
+			} else {
+				err = txA.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			switch {
+			case r.err != nil:
+				t.Fatal(r.err)
+			case commit && (!r.dup || r.id != first):
+				t.Fatalf("after the first committed: job %d, duplicate %v; want job %d, duplicate", r.id, r.dup, first)
+			case !commit && (r.dup || r.id == first):
+				t.Fatalf("after the first rolled back: job %d, duplicate %v; want a new job", r.id, r.dup)
 			}
 		}
 	})
@@ -524,5 +580,17 @@ func TestApplyPromoteFunctionReplacesOlderKeepsNewer(t *testing.T) {
 	}
 	if err := check(); err != nil {
 		t.Fatalf("check of a newer function: %v", err)
+	}
+}
+
+// waitUntil polls cond every 10 ms for up to 20 s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the condition")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
