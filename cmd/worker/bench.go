@@ -27,7 +27,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
 	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	f.Bool(&quick, "quick", "FF_BENCH_QUICK", false, "small sizes for a smoke run (sizes below are then ignored)")
-	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, failover, idle, scale, retention, dependency (repeatable)")
+	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, promote, failover, idle, scale, retention, dependency (repeatable)")
 	f.Strings(&reconcilers, "reconciler", "FF_BENCH_RECONCILERS", "limit throughput and lateness to these reconcilers (repeatable)")
 	f.Int(&cfg.Due, "due", "FF_BENCH_DUE", cfg.Due, "due rows per throughput run")
 	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
@@ -66,10 +66,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	}
 	for _, part := range sections {
 		switch part {
-		case "throughput", "lateness", "failover", "idle", "scale", "retention", "dependency":
+		case "throughput", "lateness", "promote", "failover", "idle", "scale", "retention", "dependency":
 			cfg.Sections = append(cfg.Sections, part)
 		default:
-			return badUsage("unknown section %q (want throughput, lateness, failover, idle, scale, retention or dependency)", part)
+			return badUsage("unknown section %q (want throughput, lateness, promote, failover, idle, scale, retention or dependency)", part)
 		}
 	}
 	if len(commits) > 0 {

@@ -58,6 +58,12 @@ type Config struct {
 	// retention section trims (default 1,000,000).
 	RetentionBacklog int
 
+	// PromoteFor is the length of each run of the promote section, and
+	// PromoteConns its connections, each enqueueing one promotion per
+	// transaction (defaults 10 s and 8).
+	PromoteFor   time.Duration
+	PromoteConns int
+
 	// CommitModes are the synchronous_commit settings the throughput runs
 	// compare (every design runs under each; default on and off).
 	CommitModes []string
@@ -76,8 +82,8 @@ type Config struct {
 	// its fleet of real processes with (cmd/worker passes its own).
 	WorkerBinary string
 
-	// Sections limits the run to some of: throughput, lateness, failover,
-	// idle, scale, retention, dependency.
+	// Sections limits the run to some of: throughput, lateness, promote,
+	// failover, idle, scale, retention, dependency.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -98,6 +104,7 @@ func Defaults() Config {
 		LatenessLeads: []time.Duration{time.Second, 10 * time.Second},
 		ScaleSmall:    10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
 		RetentionBacklog: 1_000_000,
+		PromoteFor:       10 * time.Second, PromoteConns: 8,
 	}
 }
 
@@ -109,6 +116,7 @@ func Quick() Config {
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
 	c.RetentionBacklog = 20_000
+	c.PromoteFor = 3 * time.Second
 	return c
 }
 
@@ -236,6 +244,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
+	if cfg.wants("promote") {
+		res, err := e.promoteEnqueue(ctx)
+		rep.Promote = res
+		if err != nil {
+			return rep, fmt.Errorf("promote: %w", err)
+		}
+	}
 	if cfg.wants("failover") {
 		res, err := e.failover(ctx)
 		rep.Failover = res
@@ -303,6 +318,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	}
 	if err == nil {
 		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
+	}
+	if err == nil {
+		_, err = migrations.ApplyPromoteFunction(ctx, tpool, "river")
 	}
 	if err == nil {
 		err = migrations.ApplyOutboxTrimTable(ctx, tpool)
@@ -499,7 +517,7 @@ func scenarios() []scenario {
 
 // latenessRuns lists the lateness benchmarks.
 func latenessRuns() []latenessRun {
-	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, attemptLateness}
+	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, adhocSQLLateness, attemptLateness}
 }
 
 // readServer reads the settings of the server of url.
