@@ -36,9 +36,13 @@ type Config struct {
 	AdminURL string
 	DBName   string
 
-	Due          int   // due rows per throughput run (default 20,000)
-	NotDueFactor int   // not-due rows per due row (default 10)
-	PoolSizes    []int // connection counts for the per-row pool reference
+	Due int // due rows per throughput run (default 20,000)
+	// DependencyEvents is the number of completion events the dependency
+	// section dispatches per design (default 5,000: FlowFabric's loop
+	// takes a minute or more for them).
+	DependencyEvents int
+	NotDueFactor     int   // not-due rows per due row (default 10)
+	PoolSizes        []int // connection counts for the per-row pool reference
 
 	LatenessRate int           // due rows per second in the lateness runs
 	LatenessFor  time.Duration // duration of each lateness run
@@ -105,6 +109,7 @@ func Defaults() Config {
 		ScaleSmall:    10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
 		RetentionBacklog: 1_000_000,
 		PromoteFor:       10 * time.Second, PromoteConns: 8,
+		DependencyEvents: 5_000,
 	}
 }
 
@@ -112,6 +117,7 @@ func Defaults() Config {
 func Quick() Config {
 	c := Defaults()
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
+	c.DependencyEvents = 1_000
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
