@@ -243,3 +243,36 @@ func TestCancelDispatchTakesOnlyGroupsItActsOn(t *testing.T) {
 		t.Errorf("%d no-op dispatches; want none (stats %+v)", s.NoOps, s)
 	}
 }
+
+// TestSharesArePaired: a reconciler that shares rows names one that exists
+// and shares them back, and in a fleet running both each takes its share,
+// while alone (or with the other stopped) it takes all its rows. A
+// regression, a share on one side only, would leave the common rows due
+// for both again (or, the wrong way round, for neither).
+func TestSharesArePaired(t *testing.T) {
+	t.Parallel()
+	paired := 0
+	for _, r := range workers.All() {
+		if r.Shares == nil {
+			continue
+		}
+		other, ok := workers.ByName(r.Shares.With)
+		if !ok || other.Shares == nil || other.Shares.With != r.Name {
+			t.Errorf("%s shares rows with %q, which does not share them back", r.Name, r.Shares.With)
+			continue
+		}
+		paired++
+		both := workers.Running{r.Name: true, other.Name: true}
+		if got := r.DueIn(both); got != r.Shares.Due {
+			t.Errorf("%s running with %s: due rows %q; want its share %q", r.Name, other.Name, got.What, r.Shares.Due.What)
+		}
+		for _, running := range []workers.Running{nil, {r.Name: true}, {other.Name: true}} {
+			if got := r.DueIn(running); got != r.Due {
+				t.Errorf("%s with running %v: due rows %q; want all its rows %q", r.Name, running, got.What, r.Due.What)
+			}
+		}
+	}
+	if paired != 2 {
+		t.Errorf("%d reconcilers share rows; want lease_expiry and attempt_timeout", paired)
+	}
+}
