@@ -124,6 +124,9 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 	fleettest.Start(t, db, fleet.Config{
 		Reconcilers: fleettest.Fast(fleettest.DefaultOn()...),
 		Filter:      store.Filter{Namespace: demo.Namespace, TagKey: demo.InstanceTagKey, TagValue: demo.InstanceTag},
+		// The primary dispatcher: completion events are due at once, so
+		// the test waits on no stale threshold.
+		DependencyStaleThreshold: -1,
 	})
 
 	// Whole-table reads lock every one of 256 partitions; on a test server
@@ -150,21 +153,29 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 	leases := c.Items[demo.LeaseExpired] + c.Items[demo.LeaseExpiring]
 	checks := map[*workers.Reconciler]func() (bool, string){
 		// An expired lease on an active execution is due for lease expiry
-		// and attempt timeout alike: each is released once, by whichever
-		// reaches it first, with one expired lease event; an execution
-		// reaching its deadline gets one too.
+		// or attempt timeout (see below): each is released once, with one
+		// expired lease event; an execution reaching its deadline gets one
+		// too.
 		workers.LeaseExpiry: func() (bool, string) {
 			n, ev := due(workers.LeaseExpiry), count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'demo'`)
 			want := leases + c.Items[demo.DeadlinePassing]
 			return n == 0 && ev == want, fleettest.Statusf("%d leases due, %d expired events of %d", n, ev, want)
 		},
 		workers.AttemptTimeout: func() (bool, string) {
-			whole := count(`SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
-			   WHERE a.lease_expires_at_ms IS NULL AND e.public_state = 'running'
-			     AND ((a.outcome = 'lease_expired_reclaimable' AND e.attempt_state = 'attempt_interrupted')
-			       OR (a.outcome = 'interrupted' AND e.raw_fields->>'last_failure_message' = 'attempt_timeout'))`)
-			return due(workers.AttemptTimeout) == 0 && whole == leases,
-				fleettest.Statusf("%d of %d leases released by one reconciler's whole action", whole, leases)
+			// The default fleet splits them by retry policy, each with its
+			// reconciler's whole action: the expired leases (no policy) are
+			// lease expiry's, the expiring ones (two retries) attempt
+			// timeout's, which retries them.
+			released := func(outcome, attemptState, policy string) int {
+				return count(`SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
+				   WHERE a.lease_expires_at_ms IS NULL AND a.outcome = '` + outcome + `'
+				     AND e.attempt_state = '` + attemptState + `' AND e.policy IS ` + policy)
+			}
+			byLease := released("lease_expired_reclaimable", "attempt_interrupted", "NULL")
+			byTimeout := released("interrupted", "pending_retry_attempt", "NOT NULL")
+			return due(workers.AttemptTimeout) == 0 && byLease == c.Items[demo.LeaseExpired] && byTimeout == c.Items[demo.LeaseExpiring],
+				fleettest.Statusf("%d of %d expired leases released by lease expiry, %d of %d expiring ones by attempt timeout",
+					byLease, c.Items[demo.LeaseExpired], byTimeout, c.Items[demo.LeaseExpiring])
 		},
 		workers.ExecutionDeadline: func() (bool, string) {
 			expired := count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal'

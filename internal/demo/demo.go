@@ -62,9 +62,11 @@ type Kind int
 
 // Item kinds.
 const (
-	// LeaseExpired is an active execution whose lease lapsed moments ago.
+	// LeaseExpired is an active execution whose lease lapsed moments ago,
+	// without a retry policy: lease expiry's in the default fleet.
 	LeaseExpired Kind = iota
-	// LeaseExpiring is an active execution whose lease lapses shortly.
+	// LeaseExpiring is an active execution whose lease lapses shortly,
+	// declaring two retries: attempt timeout's in the default fleet.
 	LeaseExpiring
 	// Suspension is a suspended execution whose timeout lapses about now,
 	// with one of Behaviors in turn.
@@ -123,8 +125,10 @@ func (k Kind) String() string {
 // second at the default rate, or one --once batch, has a bit of everything.
 // Leases come in both flavours so that River UI shows releases arriving
 // steadily rather than only in bursts. An expired lease on an active
-// execution is due for both lease expiry and attempt timeout, as in
-// FlowFabric: whichever reaches it first applies its action.
+// execution is due for both lease expiry and attempt timeout; the default
+// fleet gives it to one by the execution's retry policy, so expired leases
+// (none) show lease expiry's jobs and expiring ones (two retries) attempt
+// timeout's.
 var deck = []Kind{
 	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
 	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
@@ -299,8 +303,12 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			expires = f.between(nowMs, 1000, 5000)
 		}
 		id := f.uuid()
+		policy := ""
+		if k == LeaseExpiring {
+			policy = `{"retry_policy": {"max_retries": 2}}`
+		}
 		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
-			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs})
+			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs, policy: policy})
 		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
 		        lease_epoch, lease_expires_at_ms, started_at_ms)
 		 VALUES ($1, $2, 0, $3, $4, 1, $5, $6)`,
@@ -450,6 +458,7 @@ type execRow struct {
 	phase, ownership, eligibility, public, attempt string
 	deadlineMs, startedMs, terminalMs              int64 // 0: NULL
 	nowMs                                          int64
+	policy                                         string // JSON; "": NULL
 }
 
 func nullMs(v int64) any {
@@ -469,12 +478,17 @@ func (f *Feeder) exec(b *pgx.Batch, e execRow) {
 	if e.flow != "" {
 		flow = e.flow
 	}
+	var policy any
+	if e.policy != "" {
+		policy = e.policy
+	}
 	lane := []string{"default", "batch", "interactive"}[f.rng.IntN(3)]
 	b.Queue(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields)
-	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb)`,
+	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields,
+	        policy)
+	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb)`,
 		e.p, e.id, flow, lane, e.phase, e.ownership, e.eligibility, e.public, e.attempt,
-		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw))
+		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw), policy)
 }
 
 func (f *Feeder) edgeGroup(b *pgx.Batch, p int16, flow, downstream string, flag bool, members []string, running int) {

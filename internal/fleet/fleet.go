@@ -558,6 +558,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		Pool:                     f.WorkPool,
 		TickPool:                 f.TickPool,
 		Filter:                   cfg.Filter,
+		Running:                  workers.RunningOf(cfg.Reconcilers),
 		BatchSize:                cfg.BatchSize,
 		PartitionCount:           cfg.PartitionCount,
 		BudgetPartitionCount:     cfg.BudgetPartitionCount,
