@@ -90,6 +90,13 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 		jobLog(ctx).Info("completion event already dispatched or gone", "partition", a.Partition, "event_id", a.EventID)
 		return nil
 	}
+	if len(res.SkipEvents()) > 0 {
+		// River notifies an insert at most once per fetch cooldown per
+		// queue, so every other hop of a chain would wait for the next
+		// poll (a second): wake the row queue's producers now that the
+		// jobs are committed.
+		w.d.wake(time.Now())
+	}
 	c.Applied.Add(1)
 	w.d.cfg.Observer.Lateness(Dependency.Name, time.Since(time.UnixMilli(res.CommittedAtMs+Dependency.Behind(w.d.cfg).Milliseconds())))
 	log = log.With("execution_id", res.ExecutionID, "flow_id", res.FlowID, "outcome", res.EventOutcome)

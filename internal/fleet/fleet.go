@@ -646,8 +646,16 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 				for i, e := range events {
 					params[i] = river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: e.Partition, EventID: e.EventID}}
 				}
-				_, err := client.InsertMany(ctx, params)
-				return err
+				if _, err := client.InsertMany(ctx, params); err != nil {
+					return err
+				}
+				// River notifies an insert at most once per fetch
+				// cooldown per queue; a stream of notified events would
+				// otherwise wait for the next poll every other batch.
+				if wake != nil {
+					wake(time.Now())
+				}
+				return nil
 			},
 		})
 		if err != nil {
