@@ -24,7 +24,8 @@ func staleMs() int64 { return store.NowMs() - time.Hour.Milliseconds() }
 // chain drains in one tick, under a tenant filter too (the skip events carry
 // their downstream's namespace). FlowFabric moves such a chain one hop per tick,
 // each skip event first waiting out the threshold. A regression leaves the
-// chain stopped at its first hop until the threshold passes.
+// chain stopped at its first hop until the threshold passes, or a hop
+// waiting for a poll (River notifies one insert per fetch cooldown).
 func TestDependencyChainDrainsAtOnce(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -42,8 +43,10 @@ func TestDependencyChainDrainsAtOnce(t *testing.T) {
 	fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: up, FlowID: flow, Outcome: "failed",
 		Namespace: fftest.Str("acme"), CommittedAtMs: staleMs()})
 
+	// Queues poll once a minute: each hop's job must be started by a
+	// notification or the fleet's wake-up, not found by a poll.
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency), DependencyStaleThreshold: time.Hour,
-		Filter: store.Filter{Namespace: "acme"}})
+		Filter: store.Filter{Namespace: "acme"}, FetchPollInterval: time.Minute})
 	last := chain[len(chain)-1]
 	fleettest.WaitFor(t, 30*time.Second, "the chain's last downstream skipped", func() (bool, string) {
 		evs := fftest.CompletionEvents(t, pool, last)
@@ -72,6 +75,7 @@ func TestDependencyPrimaryDispatchesOnNotification(t *testing.T) {
 	fleettest.Start(t, db, fleet.Config{
 		Reconcilers:              map[string]time.Duration{workers.Dependency.Name: time.Hour},
 		DependencyStaleThreshold: -1,
+		FetchPollInterval:        time.Minute, // started by notification, not found by a poll
 		CompletionsListening: func() {
 			select {
 			case listening <- struct{}{}:
