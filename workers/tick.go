@@ -66,7 +66,7 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconc
 // (dueCounts), only when fanOut finds a due partition busy.
 func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
 	db, f, n := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg)
-	w := tickWindow{nowMs: r.DueAt(store.NowMs(), d.cfg)}
+	w := tickWindow{nowMs: r.DueAt(d.now().UnixMilli(), d.cfg)}
 	if !r.Due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
 			return r.Due.Counts(ctx, db, w.nowMs, parts, f)
