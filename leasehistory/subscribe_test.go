@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/leasehistory"
 )
 
@@ -373,7 +374,7 @@ VALUES ('{fp:1}:not-a-uuid', 'acquired', 0, 1)`); err != nil {
 	good2 := insertEvent(t, ctx, db.Pool, 1, "revoked", nil, nil)
 	insertEvent(t, ctx, db.Pool, 1, "bogus", nil, nil)
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{
 		Cursor: leasehistory.EncodeCursor(0), StopWhenCaughtUp: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -499,7 +500,7 @@ func TestGapWaitBound(t *testing.T) {
 	db := testdb.New(t)
 	ctx := testCtx(t)
 	const gapWait = time.Second
-	var logs syncBuffer
+	var logs testlog.Buffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{GapWait: gapWait,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
@@ -560,7 +561,7 @@ func TestOtherDatabasesTransactionsAreIgnored(t *testing.T) {
 	t.Parallel()
 	db, other := testdb.New(t), testdb.NewEmpty(t)
 	ctx := testCtx(t)
-	var logs syncBuffer
+	var logs testlog.Buffer
 	opts, held := watchHolds(leasehistory.Options{GapWait: 10 * time.Minute,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	sub := subscribe(t, ctx, db.Pool, opts)
@@ -682,22 +683,4 @@ FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n); err != ni
 	if disconnects == 0 {
 		t.Fatal("no disconnect notice delivered")
 	}
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,12 +1,10 @@
 package heartbeat_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/store"
 )
@@ -113,7 +112,7 @@ func TestRunSurvivesALostTable(t *testing.T) {
 	db := testdb.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	proc := register(t, db, "c", logger)
 	if _, err := db.Pool.Exec(ctx, `DROP TABLE river.ffreconcile_worker`); err != nil {
@@ -167,22 +166,4 @@ func TestRunSurvivesALostTable(t *testing.T) {
 	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker`); n != 0 {
 		t.Fatalf("%d heartbeat rows after the stop; want 0", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
