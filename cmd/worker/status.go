@@ -128,7 +128,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&filter.Namespace, "namespace", "FF_NAMESPACE", "", "only count executions of this namespace (raw_fields.namespace), as `worker run` does")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY is the string VALUE, given as KEY=VALUE")
-	f.Duration(&retention, "retention", "FF_RETENTION", 0, "count terminal executions older than this as due for retention, as `worker run --retention` does (default 0: retention not shown)")
+	f.DurationText(&retention, "retention", "FF_RETENTION", "0: retention not shown", "count terminal executions older than this as due for retention, as `worker run --retention` does")
 	f.Duration(&staleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold, "count completion events undispatched for longer than this as due for dependency, as `worker run` does (0: every undispatched event)")
 	f.Int(&top, "top", "FF_STATUS_TOP", 3, "partitions to show per reconciler, most due rows first (0 hides them)")
 	f.String(&format, "format", "FF_STATUS_FORMAT", "text", "output format: text or json (one document)")
