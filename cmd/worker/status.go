@@ -210,12 +210,8 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 // database that was never migrated fails with what to run, not with the
 // first query's "relation does not exist".
 func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
-	ok, err := store.RiverSchemaExists(ctx, db, schema)
-	if err != nil {
+	if err := store.CheckRiverSchema(ctx, db, schema); err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
 	}
 	if err := migrations.Check(ctx, db); err != nil {
 		return nil, err

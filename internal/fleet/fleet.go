@@ -537,7 +537,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			return err
 		}
 	}
-	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
+	if err := store.CheckRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
 	checkServer(ctx, f.WorkPool, cfg.Logger)
@@ -710,19 +710,6 @@ func takeoverMetrics(taker *takeover.Taker) []prometheus.Collector {
 		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "discarded"}, func(c takeover.Counts) int64 { return c.Discarded }),
 		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "cancelled"}, func(c takeover.Counts) int64 { return c.Cancelled }),
 	}
-}
-
-// checkRiverSchema fails clearly when River's tables are not migrated in
-// schema, instead of River failing on its first query.
-func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass(quote_ident($1) || '.river_job') IS NOT NULL`, schema).Scan(&ok); err != nil {
-		return fmt.Errorf("check River schema: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
-	}
-	return nil
 }
 
 // RecommendedMaxLocks is FlowFabric's recommended max_locks_per_transaction.
