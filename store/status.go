@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 )
 
 // Read-only queries on River's tables for `worker status`. River's schema is
@@ -63,7 +63,7 @@ func CheckRiverSchema(ctx context.Context, db DB, schema string) error {
 
 // WorkerTableExists reports whether the heartbeat table is in schema.
 func WorkerTableExists(ctx context.Context, db DB, schema string) (bool, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return false, err
 	}
