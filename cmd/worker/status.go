@@ -252,7 +252,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 		rep.Due = append(rep.Due, d)
 	}
 
-	queues := []string{jobs.QueueTicks, jobs.QueueControl, jobs.QueueRows}
+	queues := jobs.Queues
 	depth, err := store.RiverQueueDepth(ctx, db, schema, queues)
 	if err != nil {
 		return nil, err
