@@ -108,7 +108,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		return badUsage("sizes out of range: --due ≥ 256, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
 	}
 	if dsn == "" {
-		dsn = dbconn.DefaultURL
+		dsn = dbconn.DefaultAdminURL
 	}
 	cfg.AdminURL = dsn
 	cfg.Logger = logger
