@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -61,6 +62,50 @@ type PromoteArgs struct {
 // Kind implements river.JobArgs.
 func (PromoteArgs) Kind() string { return KindPromote }
 
+// PromoteAtMin and PromoteAtMax (exclusive) bound PromoteArgs.At: years
+// 0001 through 9999, in UTC. Go's JSON encoding of a time covers no more
+// (a later year fails to encode, so no Go client could insert it) and the
+// worker's decoder reads four-digit years only; the SQL function
+// ffreconcile_promote refuses the same range. The usual way out of it is a
+// unit mistake, epoch milliseconds taken for seconds (a year near 58,000).
+var (
+	PromoteAtMin = time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC)
+	PromoteAtMax = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// MarshalJSON encodes the args in one canonical form, so that the same
+// promotion has the same River unique key (a hash of these bytes) whoever
+// builds it: "at" in UTC (a time.Time keeps its location, and a delay-until
+// read with time.UnixMilli is in the process's local zone), the UUID in lower
+// case and Execution as ParseExecutionID prints it. The SQL function
+// ffreconcile_promote writes the same bytes. Args that do not parse are
+// encoded as they are, for the insert hook to refuse with the reason.
+func (a PromoteArgs) MarshalJSON() ([]byte, error) {
+	type plain PromoteArgs // the same fields and tags, without this method
+	p := plain(a)
+	if a.At != nil {
+		if err := validateAt(*a.At); err != nil {
+			return nil, err
+		}
+		at := a.At.UTC()
+		p.At = &at
+	}
+	if id, err := ParseExecutionID(a.Execution); err == nil {
+		p.Execution = id.String()
+	}
+	if u, err := ParseUUID(a.ExecutionID); err == nil {
+		p.ExecutionID = u
+	}
+	return json.Marshal(p)
+}
+
+func validateAt(at time.Time) error {
+	if at.Before(PromoteAtMin) || !at.Before(PromoteAtMax) {
+		return fmt.Errorf("promote args: at %s is outside years 0001..9999 (UTC)", at.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // InsertOpts implements river.JobArgsWithInsertOpts. A set At schedules the
 // job RiverSchedulerInterval ahead of it, so River's scheduler has made it
 // available by At; the worker then waits for At itself (a snooze that
@@ -117,6 +162,11 @@ func (a PromoteArgs) Target() (ExecutionID, error) {
 
 // Validate implements Validator.
 func (a PromoteArgs) Validate() error {
-	_, err := a.Target()
-	return err
+	if _, err := a.Target(); err != nil {
+		return err
+	}
+	if a.At != nil {
+		return validateAt(*a.At)
+	}
+	return nil
 }

@@ -28,6 +28,15 @@ func TestPromoteArgsJSON(t *testing.T) {
 		{"PartitionForm", jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID}, `{"partition":7,"execution_id":"` + testUUID + `"}`},
 		{"PartitionZeroIsKept", jobs.PromoteArgs{Partition: partition(0), ExecutionID: testUUID}, `{"partition":0,"execution_id":"` + testUUID + `"}`},
 		{"At", jobs.PromoteArgs{Execution: "{fp:7}:" + testUUID, At: &at}, `{"execution":"{fp:7}:` + testUUID + `","at":"2026-05-01T12:30:00Z"}`},
+		// One promotion, one encoding: River's unique key hashes these
+		// bytes, so a caller's time zone or spelling must not show.
+		{"AtInAnotherZoneIsWrittenInUTC", jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID, At: ptr(at.In(time.FixedZone("", 2*3600)))},
+			`{"partition":7,"execution_id":"` + testUUID + `","at":"2026-05-01T12:30:00Z"}`},
+		{"AtFractionTrimmed", jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID, At: ptr(at.Add(123400 * time.Microsecond))},
+			`{"partition":7,"execution_id":"` + testUUID + `","at":"2026-05-01T12:30:00.1234Z"}`},
+		{"UpperCaseUUIDIsLowered", jobs.PromoteArgs{Partition: partition(7), ExecutionID: strings.ToUpper(testUUID)},
+			`{"partition":7,"execution_id":"` + testUUID + `"}`},
+		{"ExecutionIsCanonical", jobs.PromoteArgs{Execution: "{fp:007}:" + strings.ToUpper(testUUID)}, `{"execution":"{fp:7}:` + testUUID + `"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,6 +166,42 @@ func TestBadPromoteArgsRefusedAtInsert(t *testing.T) {
 	again, err := client.Insert(ctx, jobs.PromoteArgs{Execution: "{fp:7}:" + strings.ToUpper(testUUID), At: &at}, nil)
 	if err != nil || !again.UniqueSkippedAsDuplicate || again.Job.ID != res.Job.ID {
 		t.Fatalf("second insert = %+v, %v; want skipped as a duplicate of job %d", again, err, res.Job.ID)
+	}
+}
+
+// TestPromoteArgsAtOutOfRange: an at outside years 0001..9999 (UTC), the
+// range the SQL function ffreconcile_promote accepts too, is refused at
+// insert naming "at" (a year Go cannot encode fails while encoding, before
+// the hook) and in JSON from other clients. A regression lets a Go client
+// insert year 0, which the function could never match.
+func TestPromoteArgsAtOutOfRange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	client := insertOnlyClient(t, db.Pool)
+	for _, at := range []time.Time{
+		time.Date(0, 6, 1, 0, 0, 0, 0, time.UTC),
+		jobs.PromoteAtMin.Add(-time.Microsecond),
+		jobs.PromoteAtMax,
+		time.UnixMilli(1777000000000 * 1000), // milliseconds taken for seconds
+	} {
+		want := "promote args: at " + at.UTC().Format(time.RFC3339Nano) + " is outside years 0001..9999 (UTC)"
+		_, err := client.Insert(ctx, jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID, At: &at}, nil)
+		if err == nil || !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("insert at %s: %v; want it to end %q", at, err, want)
+		}
+		if err := (jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID, At: &at}).Validate(); err == nil || err.Error() != want {
+			t.Errorf("Validate at %s: %v; want %q", at, err, want)
+		}
+	}
+	if err := jobs.ValidateJSON[jobs.PromoteArgs](jobs.KindPromote, []byte(`{"partition":7,"execution_id":"`+testUUID+`","at":"0000-06-01T00:00:00Z"}`)); err == nil ||
+		err.Error() != "invalid ff.delayed_promotion.promote job: promote args: at 0000-06-01T00:00:00Z is outside years 0001..9999 (UTC)" {
+		t.Errorf("ValidateJSON of year 0: %v", err)
+	}
+	for _, at := range []time.Time{jobs.PromoteAtMin, jobs.PromoteAtMax.Add(-time.Microsecond)} {
+		if _, err := client.Insert(ctx, jobs.PromoteArgs{Partition: partition(7), ExecutionID: testUUID, At: &at}, nil); err != nil {
+			t.Errorf("insert at %s, the range's edge: %v", at, err)
+		}
 	}
 }
 

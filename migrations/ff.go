@@ -593,7 +593,18 @@ func firstLine(s string) string {
 // Fingerprint identifies all the DDL this package creates, the ff_* tables,
 // the worker heartbeat and outbox trim tables and the retention index; tests name their template database after
 // it, so that any change to the DDL rebuilds the template.
-func Fingerprint() string { return fingerprint(ffTables, ourDDL) }
+func Fingerprint() string { return fingerprint(ffTables, ourDDL+promoteFingerprintDDL()) }
+
+// promoteFingerprintDDL is the promote function's DDL in River's default
+// schema (test databases use it), or why there is none: either way a
+// change to it changes the fingerprint.
+func promoteFingerprintDDL() string {
+	ddl, err := PromoteFunctionSQL(jobs.DefaultRiverSchema)
+	if err != nil {
+		return err.Error()
+	}
+	return ddl
+}
 
 // ourDDL is the DDL of what is ours: the heartbeat and outbox trim tables
 // and the retention index.

@@ -8,8 +8,8 @@ import (
 
 // TestFingerprintCoversAllTheDDL: the fingerprint tests name their template
 // database after changes with any part of the DDL: a column, an index, a
-// trigger of any table, the worker heartbeat or outbox trim table, or the
-// retention index. A fingerprint that
+// trigger of any table, the worker heartbeat or outbox trim table, the
+// retention index, or the promote function. A fingerprint that
 // missed one would let tests run on a template built from older DDL.
 func TestFingerprintCoversAllTheDDL(t *testing.T) {
 	t.Parallel()
@@ -17,7 +17,8 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(base) {
 		t.Fatalf("Fingerprint = %q; want 12 hex digits", base)
 	}
-	if fingerprint(ffTables, ourDDL) != base {
+	all := ourDDL + promoteFingerprintDDL()
+	if fingerprint(ffTables, all) != base {
 		t.Fatal("Fingerprint is not the fingerprint of this package's DDL")
 	}
 	changed := func(edit func(t *ffTable)) []ffTable {
@@ -35,17 +36,18 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 		tables []ffTable
 		worker string
 	}{
-		{"Column", changed(func(t *ffTable) { t.columns += ",\n    extra text" }), ourDDL},
-		{"Index", changed(func(t *ffTable) { t.indexes = append(t.indexes, "CREATE INDEX x ON y (z)") }), ourDDL},
-		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), ourDDL},
-		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), ourDDL},
-		{"WorkerTable", ffTables, strings.Replace(ourDDL, "version      text", "version      varchar", 1)},
-		{"WorkerTableConnTag", ffTables, strings.Replace(ourDDL, "conn_tag text", "conn_tag varchar", 1)},
-		{"OutboxTrimTable", ffTables, strings.Replace(ourDDL, "trimmed_through bigint", "trimmed_through numeric", 1)},
-		{"RetentionIndex", ffTables, strings.Replace(ourDDL, "lifecycle_phase = 'terminal'", "lifecycle_phase = 'ended'", 1)},
+		{"Column", changed(func(t *ffTable) { t.columns += ",\n    extra text" }), all},
+		{"Index", changed(func(t *ffTable) { t.indexes = append(t.indexes, "CREATE INDEX x ON y (z)") }), all},
+		{"Trigger", changed(func(t *ffTable) { t.post = append(t.post, "CREATE TRIGGER x") }), all},
+		{"Partitioning", changed(func(t *ffTable) { t.partitioned = !t.partitioned }), all},
+		{"WorkerTable", ffTables, strings.Replace(all, "version      text", "version      varchar", 1)},
+		{"WorkerTableConnTag", ffTables, strings.Replace(all, "conn_tag text", "conn_tag varchar", 1)},
+		{"OutboxTrimTable", ffTables, strings.Replace(all, "trimmed_through bigint", "trimmed_through numeric", 1)},
+		{"RetentionIndex", ffTables, strings.Replace(all, "lifecycle_phase = 'terminal'", "lifecycle_phase = 'ended'", 1)},
+		{"PromoteFunction", ffTables, strings.Replace(all, "clock_timestamp()", "now()", 1)},
 	}
 	for _, tt := range tests {
-		if tt.worker == ourDDL && (tt.name == "WorkerTable" || tt.name == "WorkerTableConnTag" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex") {
+		if tt.worker == all && (tt.name == "WorkerTable" || tt.name == "WorkerTableConnTag" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex" || tt.name == "PromoteFunction") {
 			t.Fatal("the worker table edit changed nothing: fix the test")
 		}
 		if got := fingerprint(tt.tables, tt.worker); got == base {

@@ -23,6 +23,55 @@ var TimedOutAttempts = &Due{
 	Index:       "ff_attempt_lease_expiry_idx",
 }
 
+// TimedOutAttemptsShare is attempt timeout's share of the timed-out attempts
+// when the fleet also runs lease expiry, which would otherwise take the same
+// rows (docs/design.md, "Attempt timeout and lease expiry"): those whose
+// execution declares retries (declaresRetriesSQL), which attempt timeout
+// counts against them, retrying the execution or, once they are spent,
+// ending it. Every other expired lease is lease expiry's
+// (ExpiredLeasesShare): the two shares split ExpiredLeases with no row in
+// both. Index: as TimedOutAttempts; the condition reads the execution the
+// join already reads by its primary key.
+var TimedOutAttemptsShare = &Due{
+	What:        "timed-out attempts of executions declaring retries",
+	From:        "ff_attempt r",
+	Exec:        execJoin,
+	Tenant:      true,
+	ExecInWhere: true,
+	At:          "r.lease_expires_at_ms",
+	Where:       "e.lifecycle_phase = 'active' AND " + declaresRetriesSQL("e"),
+	ID:          Key{"r.execution_id", "uuid"},
+	N:           "r.attempt_index",
+	Index:       "ff_attempt_lease_expiry_idx",
+}
+
+// maxRetriesNumberSQL reads the jsonb value mr (an execution's
+// policy->'retry_policy'->'max_retries') as FlowFabric's
+// extract_max_retries parses it: a bigint when mr is a JSON number printed
+// as 1 to 10 digits, else NULL (absent, negative, fractional, a string).
+// Postgres prints a jsonb number in its canonical form, which is what
+// FlowFabric parses, so a whole number prints as digits only. The cast
+// sits in a CASE branch, which alone fixes the order of evaluation, so a
+// value that is not digits is never cast.
+func maxRetriesNumberSQL(mr string) string {
+	return `CASE WHEN jsonb_typeof(` + mr + `) = 'number' AND (` + mr + ` #>> '{}') ~ '^[0-9]{1,10}$'
+	             THEN (` + mr + ` #>> '{}')::bigint END`
+}
+
+// retriesSQL is the retries FlowFabric grants for n, a maxRetriesNumberSQL
+// value: n when it fits 32 bits (FlowFabric's u32), else 0.
+func retriesSQL(n string) string {
+	return `CASE WHEN ` + n + ` <= 4294967295 THEN ` + n + ` ELSE 0 END`
+}
+
+// declaresRetriesSQL is the condition "the execution aliased e declares
+// retries": the retries ExpireAttempts reads from its policy are at least
+// one. The same expressions, so the scan that leaves an attempt to attempt
+// timeout and the action that retries it read a policy alike.
+func declaresRetriesSQL(e string) string {
+	return retriesSQL(`(`+maxRetriesNumberSQL(e+`.policy->'retry_policy'->'max_retries'`)+`)`) + ` >= 1`
+}
+
 // AttemptTimeoutResult says what ExpireAttempts did to one attempt.
 type AttemptTimeoutResult struct {
 	// Applied: under the row locks the attempt's lease was still expired and
@@ -59,12 +108,10 @@ type AttemptTimeoutResult struct {
 //     lease-expiry release makes the attempt match nothing, and nothing
 //     else happens to it. Attempts are locked before executions, as
 //     FlowFabric does.
-//   - ex reads FlowFabric's extract_max_retries: policy.retry_policy.
-//     max_retries when it is a JSON unsigned integer that fits 32 bits,
-//     else 0 (absent, negative, fractional, a string). Postgres prints a
-//     jsonb number in its canonical form, which is what FlowFabric parses,
-//     so a whole number prints as digits only; the casts sit in CASE
-//     branches, which alone fix the order of evaluation;
+//   - ex reads FlowFabric's extract_max_retries (maxRetriesNumberSQL,
+//     retriesSQL): policy.retry_policy.max_retries when it is a JSON
+//     unsigned integer that fits 32 bits, else 0 (absent, negative,
+//     fractional, a string);
 //   - up_att interrupts the attempt; up_ex retries the execution (runnable,
 //     the next attempt index) when its attempt_index is below max_retries,
 //     else makes it terminal; both merge last_failure_message into a
@@ -86,12 +133,11 @@ WITH input AS (
        FOR UPDATE OF a
 ), ex AS (
     SELECT e.execution_id,
-           e.attempt_index < CASE WHEN v.n <= 4294967295 THEN v.n ELSE 0 END AS retry,
+           e.attempt_index < ` + retriesSQL("v.n") + ` AS retry,
            CASE WHEN p.mr IS NOT NULL AND NOT COALESCE(v.n <= 4294967295, false) THEN p.mr::text END AS bad_policy
       FROM ff_exec_core e
      CROSS JOIN LATERAL (SELECT e.policy->'retry_policy'->'max_retries' AS mr) p
-     CROSS JOIN LATERAL (SELECT CASE WHEN jsonb_typeof(p.mr) = 'number' AND (p.mr #>> '{}') ~ '^[0-9]{1,10}$'
-                                     THEN (p.mr #>> '{}')::bigint END AS n) v
+     CROSS JOIN LATERAL (SELECT ` + maxRetriesNumberSQL("p.mr") + ` AS n) v
      WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM att)
        AND e.lifecycle_phase = 'active'
        AND ` + tenantSQL("e", 5) + `

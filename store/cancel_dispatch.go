@@ -43,6 +43,33 @@ var PendingCancelGroups = &Due{
 	Index:  "ff_pending_cancel_groups_enqueued_idx",
 }
 
+// DispatchableCancelGroups are the pending cancel groups a dispatch can act
+// on: those whose edge group has its flag set (their siblings are
+// cancelled) or is missing (the pending row is deleted). A group whose flag
+// is clear is left by the dispatch (LeftForReconciler) until the
+// reconciler, which takes every pending group (PendingCancelGroups),
+// deletes it: offered to the dispatcher it would cost a row job every tick
+// that changes nothing. The dispatch still re-checks the flag under its
+// lock, so a job for such a group (enqueued by someone else, or before the
+// flag was cleared) changes nothing. Index:
+// ff_pending_cancel_groups_enqueued_idx (partition_key, enqueued_at_ms);
+// each pending row's edge group is read by its primary key (the LEFT JOIN
+// in Join), a plain read that waits for no lock.
+var DispatchableCancelGroups = &Due{
+	What:   "pending cancel groups to dispatch",
+	From:   "ff_pending_cancel_groups r",
+	Exec:   PendingCancelGroups.Exec,
+	Tenant: true,
+	At:     "r.enqueued_at_ms",
+	Always: true,
+	Join: `LEFT JOIN ff_edge_group g
+	         ON g.partition_key = r.partition_key AND g.flow_id = r.flow_id AND g.downstream_eid = r.downstream_eid`,
+	Where: "COALESCE(g.cancel_siblings_pending_flag, true)",
+	ID:    Key{"r.flow_id", "uuid"},
+	ID2:   Key{"r.downstream_eid", "uuid"},
+	Index: "ff_pending_cancel_groups_enqueued_idx",
+}
+
 // DispatchOutcome is what DispatchCancelGroup did with a pending group.
 type DispatchOutcome int
 

@@ -57,6 +57,14 @@ type Due struct {
 	Always bool
 	// Where is any further condition a due row meets ("" for none).
 	Where string
+	// Join is a further join that Where reads ("" for none), in every
+	// query of these rows: a LEFT JOIN by the joined table's primary key,
+	// so a row without a match is still read. A join, not a subquery in
+	// Where, so that the planner carries the partition key across it (a
+	// scan reads one child of the joined table, not 256) and reads it by
+	// key (Postgres plans NOT EXISTS as an anti-join, which it chose to
+	// plan as a hash of every row of the table, built at each probe).
+	Join string
 	// ID is the row's key within its partition; ID2 and N complete it when
 	// it has more columns (ID2 another id, N an integer).
 	ID, ID2 Key
@@ -113,8 +121,17 @@ func (d *Due) filterSQL(p *params, f Filter, alias string) string {
 
 // from returns the FROM clause; join says the tenant filter is set.
 func (d *Due) from(join bool) string {
+	from := d.table()
 	if d.Exec != "" && (join || d.ExecInWhere) {
-		return d.From + " JOIN " + d.Exec
+		return from + " JOIN " + d.Exec
+	}
+	return from
+}
+
+// table is From with Join.
+func (d *Due) table() string {
+	if d.Join != "" {
+		return d.From + " " + d.Join
 	}
 	return d.From
 }
@@ -320,7 +337,7 @@ func (d *Due) Count(ctx context.Context, db DB, nowMs int64, f Filter, capRows i
 		// The filter as a column: rows outside it are counted too. Where
 		// keeps its own (inner) meaning when it reads the execution.
 		exists := "true"
-		from := d.From
+		from := d.table()
 		if d.Exec != "" {
 			exists = "e.execution_id IS NOT NULL"
 			from += " LEFT JOIN " + d.Exec

@@ -77,6 +77,33 @@ var dueCases = []dueCase{
 		},
 	},
 	{
+		// Lease expiry's share when attempt timeout also runs: an execution
+		// without a retry policy, or not active, or missing, is its own.
+		name: "ExpiredLeasesShare", due: store.ExpiredLeasesShare,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			id := execOf(t, db, p, ns, tag)
+			fftest.InsertAttempt(t, db, p, id, 0, fftest.Ms(at))
+			return id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// An active execution declaring retries is attempt timeout's; a
+			// terminal one declaring them, or an active one declaring 0, is
+			// lease expiry's.
+			retries := map[string]any{"retry_policy": map[string]any{"max_retries": 2}}
+			id := fftest.InsertExec(t, db, fftest.Exec{Partition: 150, Policy: retries})
+			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
+			terminal := fftest.InsertExec(t, db, fftest.Exec{Partition: 150, LifecyclePhase: "terminal", Policy: retries})
+			fftest.InsertAttempt(t, db, 150, terminal, 0, fftest.Ms(now-4))
+			none := fftest.InsertExec(t, db, fftest.Exec{Partition: 150,
+				Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 0}}})
+			fftest.InsertAttempt(t, db, 150, none, 0, fftest.Ms(now-3))
+			got := scan(t, db, store.ExpiredLeasesShare, 150, now, nil, 10, store.Filter{})
+			if len(got) != 2 || got[0].ID != terminal || got[1].ID != none {
+				t.Fatalf("scan = %+v; want the terminal execution's lease and the one declaring 0 retries, not %s's", got, id)
+			}
+		},
+	},
+	{
 		name: "TimedOutSuspensions", due: store.TimedOutSuspensions,
 		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
 			id := execOf(t, db, p, ns, tag)
@@ -139,6 +166,32 @@ var dueCases = []dueCase{
 		},
 	},
 	{
+		// The dispatcher's pending groups: the seed's have no edge group
+		// (orphans, which it deletes); a group with its flag set is due,
+		// one with its flag clear is left to the reconciler.
+		name: "DispatchableCancelGroups", due: store.DispatchableCancelGroups,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			flow, downstream := fftest.NewUUID(), execOf(t, db, p, ns, tag)
+			fftest.InsertPendingCancel(t, db, p, flow, downstream, at)
+			return flow + "/" + downstream
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			set, clear := fftest.NewUUID(), fftest.NewUUID()
+			a, b := execOf(t, db, 150, "a", ""), execOf(t, db, 150, "a", "")
+			fftest.InsertEdgeGroup(t, db, fftest.EdgeGroup{Partition: 150, FlowID: set, DownstreamEID: a, Flag: true})
+			fftest.InsertEdgeGroup(t, db, fftest.EdgeGroup{Partition: 150, FlowID: clear, DownstreamEID: b})
+			fftest.InsertPendingCancel(t, db, 150, clear, b, 10)
+			fftest.InsertPendingCancel(t, db, 150, set, a, 20)
+			got := scan(t, db, store.DispatchableCancelGroups, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != set {
+				t.Fatalf("scan = %+v; want the flag-set group %s only", got, set)
+			}
+			if all := scan(t, db, store.PendingCancelGroups, 150, now, nil, 10, store.Filter{}); len(all) != 2 {
+				t.Fatalf("the reconciler's scan = %+v; want both groups", all)
+			}
+		},
+	},
+	{
 		name: "TimedOutAttempts", due: store.TimedOutAttempts, missing: missingNotDue,
 		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
 			id := execOf(t, db, p, ns, tag)
@@ -152,6 +205,37 @@ var dueCases = []dueCase{
 			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
 			if got := scan(t, db, store.TimedOutAttempts, 150, now, nil, 10, store.Filter{}); len(got) != 0 {
 				t.Fatalf("an attempt of a runnable execution was scanned: %+v", got)
+			}
+		},
+	},
+	{
+		// Attempt timeout's share when lease expiry also runs: attempts of
+		// active executions declaring retries.
+		name: "TimedOutAttemptsShare", due: store.TimedOutAttemptsShare, missing: missingNotDue,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			if ns == "" {
+				id := fftest.NewUUID()
+				fftest.InsertAttempt(t, db, p, id, 0, fftest.Ms(at))
+				return id
+			}
+			e := fftest.Exec{Partition: p, Namespace: ns, Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 1}}}
+			if tag != "" {
+				e.Tags = map[string]string{"cairn.instance_id": tag}
+			}
+			id := fftest.InsertExec(t, db, e)
+			fftest.InsertAttempt(t, db, p, id, 0, fftest.Ms(at))
+			return id
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// No retry policy, or an execution no longer active: lease
+			// expiry's.
+			id := fftest.InsertExec(t, db, fftest.Exec{Partition: 150})
+			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
+			id = fftest.InsertExec(t, db, fftest.Exec{Partition: 150, LifecyclePhase: "runnable", OwnershipState: "unowned",
+				Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 3}}})
+			fftest.InsertAttempt(t, db, 150, id, 0, fftest.Ms(now-5))
+			if got := scan(t, db, store.TimedOutAttemptsShare, 150, now, nil, 10, store.Filter{}); len(got) != 0 {
+				t.Fatalf("an attempt without retries, or of a runnable execution, was scanned: %+v", got)
 			}
 		},
 	},

@@ -20,6 +20,26 @@ var ExpiredLeases = &Due{
 	Index:  "ff_attempt_lease_expiry_idx",
 }
 
+// ExpiredLeasesShare is lease expiry's share of the expired leases when the
+// fleet also runs attempt timeout: every expired lease but those of an
+// active execution declaring retries, which are attempt timeout's
+// (TimedOutAttemptsShare). Leases of executions that are not active, or
+// missing, stay lease expiry's alone, as they always were. Index: as
+// ExpiredLeases; each due lease's execution is read by its primary key
+// (the LEFT JOIN in Join).
+var ExpiredLeasesShare = &Due{
+	What:   "expired leases not of executions declaring retries",
+	From:   "ff_attempt r",
+	Exec:   execJoin,
+	Tenant: true,
+	At:     "r.lease_expires_at_ms",
+	Join:   "LEFT JOIN ff_exec_core x ON x.partition_key = r.partition_key AND x.execution_id = r.execution_id",
+	Where:  "NOT COALESCE(x.lifecycle_phase = 'active' AND " + declaresRetriesSQL("x") + ", false)",
+	ID:     Key{"r.execution_id", "uuid"},
+	N:      "r.attempt_index",
+	Index:  "ff_attempt_lease_expiry_idx",
+}
+
 // ReleaseResult says what ReleaseExpiredLease did.
 type ReleaseResult struct {
 	// Released: the lease was still expired under lock and is now released,

@@ -16,15 +16,20 @@ import (
 // or, its policy's retries exhausted, makes it terminal with an `expired`
 // completion event: FlowFabric's attempt_timeout reconciler, every 2 s.
 //
-// It acts on the same rows as LeaseExpiry (an expired lease on an active
-// execution), as in FlowFabric, where both loops race for them: whichever
-// job locks the attempt first applies its whole action and the other finds
-// the lease released and does nothing (docs/design.md, "Attempt timeout and
-// lease expiry").
+// Its rows are LeaseExpiry's too (an expired lease on an active
+// execution), for which FlowFabric's two loops race. A fleet running both
+// decides instead, row by row, by the execution's retry policy: attempt
+// timeout takes the attempts of executions declaring retries
+// (store.TimedOutAttemptsShare), lease expiry every other expired lease, so
+// each row gets one row job (docs/design.md, "Attempt timeout and lease
+// expiry"). Each action still re-checks its own condition under lock, so a
+// job of either enqueued by anyone applies that reconciler's whole action or
+// nothing.
 var AttemptTimeout = define[jobs.AttemptTimeoutTickArgs, jobs.AttemptTimeoutScanArgs](Reconciler{
 	Name:      "attempt_timeout",
 	Interval:  2 * time.Second,
 	Due:       store.TimedOutAttempts,
+	Shares:    &Share{With: "lease_expiry", Due: store.TimedOutAttemptsShare},
 	Lookahead: true,
 	Tables:    []string{"ff_attempt", "ff_exec_core", "ff_completion_event", "ff_lease_event"},
 }, func(p int16, x store.DueRow) jobs.AttemptExpireArgs {

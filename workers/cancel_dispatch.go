@@ -14,12 +14,15 @@ import (
 // quorum left over are cancelled, oldest group first, each group locked FOR
 // UPDATE SKIP LOCKED so concurrent dispatches coalesce. FlowFabric's
 // edge_cancel_dispatcher, every 1 s. A group belongs to the tenant of its
-// downstream execution (see package store); it shares its due rows (and so
-// its tick's probe and its scan) with CancelReconcile.
+// downstream execution (see package store). Its due rows are the pending
+// groups whose edge group has its flag set or is missing
+// (store.DispatchableCancelGroups): a group whose flag is clear is
+// CancelReconcile's to delete, and offered to the dispatcher it would cost a
+// row job every tick that changes nothing.
 var CancelDispatch = define[jobs.CancelDispatchTickArgs, jobs.CancelDispatchScanArgs](Reconciler{
 	Name:        "cancel_dispatch",
 	Interval:    time.Second,
-	Due:         store.PendingCancelGroups,
+	Due:         store.DispatchableCancelGroups,
 	Tables:      []string{"ff_pending_cancel_groups", "ff_edge_group", "ff_exec_core"},
 	NoOpReasons: []NoOpReason{NoOpGone, NoOpLocked, NoOpFlagClear},
 }, func(p int16, x store.DueRow) jobs.CancelDispatchArgs {

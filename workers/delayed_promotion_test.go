@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
@@ -194,6 +196,79 @@ func TestScheduledPromotionOnTimeWithoutSweep(t *testing.T) {
 			t.Fatalf("job = %+v; want one attempt, after waiting for its at in a snooze", j)
 		}
 	}
+}
+
+// TestSQLPromotionOnTime: promotions enqueued through the SQL function
+// ffreconcile_promote, as a service in another language does, run as Go
+// clients' do. One with an "at" promotes the execution once that time has
+// passed, never before, whether called more than River's scheduler
+// interval ahead (scheduled) or less (available, waiting for "at"). One
+// without "at" is started by the function's insert notification: there
+// River polls only once a minute and the fleet has fetched already, so a
+// promotion within the wait's bound was the notification's doing; a
+// function that did not notify fails that case.
+func TestSQLPromotionOnTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	promote := func(t *testing.T, db *testdb.DB, p int16, id string, at *time.Time) (jobID int64) {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			return tx.QueryRow(ctx, `SELECT job_id FROM river.ffreconcile_promote($1, $2::uuid, $3)`, p, id, at).Scan(&jobID)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobID
+	}
+
+	t.Run("At", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+		fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep()})
+		for _, ahead := range []time.Duration{2 * time.Second, jobs.RiverSchedulerInterval + 2*time.Second} {
+			delayUntil := time.Now().Add(ahead).Truncate(time.Millisecond)
+			id := fftest.InsertExec(t, db.Pool, fftest.Delayed(6, delayUntil.UnixMilli()))
+			jobID := promote(t, db, 6, id, &delayUntil)
+			if ahead > jobs.RiverSchedulerInterval {
+				if j := readJob(t, db.Pool, jobID); j.State != "scheduled" {
+					t.Fatalf("called %s ahead: job state %s; want scheduled", ahead, j.State)
+				}
+			}
+			waitPromoted(t, db.Pool, 6, id, 30*time.Second)
+			var began time.Time
+			if err := db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river.river_job WHERE id = $1`, jobID).Scan(&began); err != nil {
+				t.Fatal(err)
+			}
+			if began.Before(delayUntil) {
+				t.Fatalf("promoting attempt began at %s, before its at %s", began, delayUntil)
+			}
+			t.Logf("called %s ahead: promoted %s after its delay-until", ahead, time.Since(delayUntil).Round(time.Millisecond))
+			if j := waitJobState(t, db.Pool, jobID, "completed"); j.Attempt != 1 || j.Snoozes < 1 {
+				t.Fatalf("job = %+v; want one attempt, after waiting for its at in a snooze", j)
+			}
+		}
+	})
+
+	t.Run("NowWakesTheFleet", func(t *testing.T) {
+		t.Parallel()
+		db := testdb.New(t)
+		f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), FetchPollInterval: time.Minute})
+		// A first promotion, through River's Go client, shows the
+		// fleet's producers have started and fetched.
+		first := fftest.InsertExec(t, db.Pool, fftest.Delayed(6, store.NowMs()-1000))
+		p := int16(6)
+		if _, err := f.Client.Insert(ctx, jobs.PromoteArgs{Partition: &p, ExecutionID: first}, nil); err != nil {
+			t.Fatal(err)
+		}
+		waitPromoted(t, db.Pool, 6, first, 30*time.Second)
+
+		id := fftest.InsertExec(t, db.Pool, fftest.Delayed(6, store.NowMs()-1000))
+		jobID := promote(t, db, 6, id, nil)
+		waitPromoted(t, db.Pool, 6, id, 30*time.Second)
+		if j := waitJobState(t, db.Pool, jobID, "completed"); j.Attempt != 1 || j.Snoozes != 0 {
+			t.Fatalf("job = %+v; want completed in one attempt", j)
+		}
+	})
 }
 
 // TestEarlyPromotionSnoozesUntilDue: a promotion that runs before the

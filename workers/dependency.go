@@ -30,12 +30,22 @@ var Dependency = define[jobs.DependencyTickArgs, jobs.DependencyScanArgs](Reconc
 }, func(p int16, x store.DueRow) jobs.DependencyDispatchArgs {
 	id, _ := strconv.ParseInt(x.ID, 10, 64) // the scan's event_id::text
 	return jobs.DependencyDispatchArgs{Partition: p, EventID: id}
-}, func(d *deps) river.Worker[jobs.DependencyDispatchArgs] { return &dependencyWorker{d: d} })
+}, func(d *deps) river.Worker[jobs.DependencyDispatchArgs] {
+	return &dependencyWorker{d: d, slots: make(chan struct{}, DependencyTransactions)}
+})
+
+// DependencyTransactions is the most dispatch transactions a process holds
+// open at once. Events fanning into one hot group queue on its lock, each
+// holding a connection of the work pool while it waits; without a bound,
+// River's row workers (hundreds) would take every connection and starve the
+// other reconcilers' statements. Waiting for a slot holds no connection.
+const DependencyTransactions = 8
 
 // dependencyWorker dispatches one completion event.
 type dependencyWorker struct {
 	rowDefaults[jobs.DependencyDispatchArgs]
-	d *deps
+	d     *deps
+	slots chan struct{}
 }
 
 func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.DependencyDispatchArgs]) error {
@@ -59,7 +69,13 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 		}
 		return nil
 	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	res, err := store.DispatchCompletion(ctx, w.d.cfg.Pool, a.Partition, a.EventID, store.NowMs(), w.d.cfg.Filter, hook)
+	<-w.slots
 	if err != nil {
 		c.Errors.Add(1)
 		return err

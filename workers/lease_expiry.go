@@ -13,10 +13,13 @@ import (
 
 // LeaseExpiry releases attempts whose lease lapsed, so another worker can
 // reclaim the execution: FlowFabric's lease_expiry reconciler, every 1.5 s.
+// In a fleet that also runs AttemptTimeout it leaves the leases of active
+// executions declaring retries to it (store.ExpiredLeasesShare).
 var LeaseExpiry = define[jobs.LeaseExpiryTickArgs, jobs.LeaseExpiryScanArgs](Reconciler{
 	Name:      "lease_expiry",
 	Interval:  1500 * time.Millisecond,
 	Due:       store.ExpiredLeases,
+	Shares:    &Share{With: "attempt_timeout", Due: store.ExpiredLeasesShare},
 	Tables:    []string{"ff_attempt", "ff_exec_core", "ff_lease_event"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.LeaseReleaseArgs {

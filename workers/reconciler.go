@@ -27,6 +27,10 @@ type Reconciler struct {
 	Interval time.Duration
 	// Due is what makes its rows due, and the queries that find them.
 	Due *store.Due
+	// Shares, when set, splits the rows it has in common with another
+	// reconciler when the fleet runs both (DueIn). Nil: it takes all its
+	// due rows, whatever else runs.
+	Shares *Share
 	// Lookahead: its ticks and scans take rows falling due before the next
 	// tick, as row jobs that start at the row's deadline (Config.Lookahead).
 	Lookahead bool
@@ -74,6 +78,46 @@ type Reconciler struct {
 	validateJSON map[string]func([]byte) error
 }
 
+// Share is a reconciler's part of the rows it has in common with another
+// (lease expiry and attempt timeout both take an expired lease on an active
+// execution). In a fleet running both, each takes only its part, so such a
+// row gets one row job, of the reconciler the rule in the two parts' Dues
+// gives it, never one of each (docs/design.md, "Attempt timeout and lease
+// expiry"). The two parts split the common rows with none in both.
+type Share struct {
+	// With is the other reconciler's name.
+	With string
+	// Due is this reconciler's due rows in a fleet running both.
+	Due *store.Due
+}
+
+// Running is the set of reconcilers a fleet ticks, by name.
+type Running map[string]bool
+
+// RunningOf returns the reconcilers of enabled (name → tick interval, as a
+// fleet's configuration holds them) as a Running set.
+func RunningOf(enabled map[string]time.Duration) Running {
+	out := make(Running, len(enabled))
+	for name := range enabled {
+		out[name] = true
+	}
+	return out
+}
+
+// DueIn returns what makes r's rows due in a fleet ticking the reconcilers
+// of running: its share (Shares.Due) when the fleet runs both r and the
+// reconciler it shares rows with, else r.Due, all its due rows (also when
+// running is nil: not known). Ticks, scans, the due-rows gauges and `worker
+// status` all read it, so they agree on the rows r takes. Row actions do
+// not: each re-checks its own condition in full, so a row job of r enqueued
+// by anyone acts as r's action always did.
+func (r *Reconciler) DueIn(running Running) *store.Due {
+	if r.Shares != nil && running[r.Name] && running[r.Shares.With] {
+		return r.Shares.Due
+	}
+	return r.Due
+}
+
 // TickKind is the kind of the reconciler's periodic tick.
 func (r *Reconciler) TickKind() string { return r.tickKind }
 
@@ -116,6 +160,10 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 	if r.AllTenants == r.Due.Tenant {
 		panic(fmt.Sprintf("reconciler %s: AllTenants is %v and its Due's Tenant is %v; a reconciler's rows either belong to a tenant or to none",
 			r.Name, r.AllTenants, r.Due.Tenant))
+	}
+	if sh := r.Shares; sh != nil && (sh.With == r.Name || sh.Due.Tenant != r.Due.Tenant || sh.Due.Always != r.Due.Always ||
+		sh.Due.At != r.Due.At || sh.Due.ID != r.Due.ID || sh.Due.ID2 != r.Due.ID2 || sh.Due.N != r.Due.N) {
+		panic(fmt.Sprintf("reconciler %s: its share with %s must be a part of its own rows: the same table, deadline, key and tenancy", r.Name, sh.With))
 	}
 	if r.NoOpReasons == nil {
 		r.NoOpReasons = []NoOpReason{NoOpNoLongerDue}

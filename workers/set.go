@@ -78,6 +78,13 @@ type Config struct {
 	TickPool *pgxpool.Pool
 	// Filter limits the fleet to one tenant. Defaults to none: every row.
 	Filter store.Filter
+	// Running is the set of reconcilers the fleet ticks (the same in every
+	// process of a River schema). It decides the rows of a reconciler that
+	// shares rows with another (Reconciler.DueIn): in a fleet running lease
+	// expiry and attempt timeout, each takes its share of the expired
+	// leases. Defaults to none known: every reconciler takes all its due
+	// rows, as in a fleet running it alone.
+	Running Running
 	// BatchSize is the most rows one partition scan enqueues. Defaults to
 	// DefaultBatchSize.
 	BatchSize int
@@ -274,13 +281,14 @@ func (s *Set) Tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconci
 func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 	cfg := s.d.cfg
 	for _, r := range registry {
-		if _, err := r.Due.Partitions(ctx, db, store.NoLowerBound, 0, r.Partitions(cfg), cfg.Filter); err != nil {
+		due := s.d.due(r)
+		if _, err := due.Partitions(ctx, db, store.NoLowerBound, 0, r.Partitions(cfg), cfg.Filter); err != nil {
 			return fmt.Errorf("plan %s tick: %w", r.Name, err)
 		}
-		if r.Due.Always {
+		if due.Always {
 			continue
 		}
-		if _, err := r.Due.Counts(ctx, db, 0, []int16{}, cfg.Filter); err != nil {
+		if _, err := due.Counts(ctx, db, 0, []int16{}, cfg.Filter); err != nil {
 			return fmt.Errorf("plan %s tick: %w", r.Name, err)
 		}
 	}
@@ -310,6 +318,9 @@ func (d *deps) now() time.Time {
 }
 
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }
+
+// due returns what makes r's rows due in this fleet (Reconciler.DueIn).
+func (d *deps) due(r *Reconciler) *store.Due { return r.DueIn(d.cfg.Running) }
 
 // stats returns r's counters.
 func (d *deps) stats(r *Reconciler) *Counters { return d.cfg.Stats.For(r.Name) }

@@ -69,36 +69,36 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconc
 // yet due (notYetDue), and a fourth, counting the busy partitions' due rows
 // (dueCounts), only when fanOut finds a due partition busy.
 func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
-	db, f, n := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg)
+	db, f, n, due := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg), d.due(r)
 	at := d.now()
 	w := tickWindow{nowMs: r.DueAt(at.UnixMilli(), d.cfg), at: at}
-	if !r.Due.Always {
+	if !due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
-			return r.Due.Counts(ctx, db, w.nowMs, parts, f)
+			return due.Counts(ctx, db, w.nowMs, parts, f)
 		}
 	}
 	ahead := d.lookahead(r).Milliseconds()
-	parts, err := r.Due.Partitions(ctx, db, store.NoLowerBound, w.nowMs+ahead, n, f)
+	parts, err := due.Partitions(ctx, db, store.NoLowerBound, w.nowMs+ahead, n, f)
 	if err != nil || ahead == 0 || len(parts) == 0 {
 		w.parts = parts
 		return w, err
 	}
-	due, err := r.Due.Partitions(ctx, db, store.NoLowerBound, w.nowMs, n, f)
+	already, err := due.Partitions(ctx, db, store.NoLowerBound, w.nowMs, n, f)
 	if err != nil {
 		return w, err
 	}
-	isDue := make(map[int16]bool, len(due))
-	for _, p := range due {
+	isDue := make(map[int16]bool, len(already))
+	for _, p := range already {
 		isDue[p] = true
 	}
-	w.parts = append(make([]int16, 0, len(parts)), due...)
+	w.parts = append(make([]int16, 0, len(parts)), already...)
 	for _, p := range parts {
 		if !isDue[p] {
 			w.parts = append(w.parts, p)
 		}
 	}
 	w.notYetDue = func(ctx context.Context) (map[int16]bool, error) {
-		ps, err := r.Due.Partitions(ctx, db, w.nowMs, w.nowMs+ahead, n, f)
+		ps, err := due.Partitions(ctx, db, w.nowMs, w.nowMs+ahead, n, f)
 		if err != nil {
 			return nil, err
 		}

@@ -27,9 +27,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
 	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	f.Bool(&quick, "quick", "FF_BENCH_QUICK", false, "small sizes for a smoke run (sizes below are then ignored)")
-	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, failover, idle, scale, retention, dependency (repeatable)")
+	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, promote, failover, idle, scale, retention, dependency (repeatable)")
 	f.Strings(&reconcilers, "reconciler", "FF_BENCH_RECONCILERS", "limit throughput and lateness to these reconcilers (repeatable)")
 	f.Int(&cfg.Due, "due", "FF_BENCH_DUE", cfg.Due, "due rows per throughput run")
+	f.Int(&cfg.DependencyEvents, "dependency-events", "FF_BENCH_DEPENDENCY_EVENTS", cfg.DependencyEvents, "completion events the dependency section dispatches per design")
 	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
 	f.Int(&cfg.LatenessRate, "lateness-rate", "FF_BENCH_LATENESS_RATE", cfg.LatenessRate, "rows becoming due per second in lateness runs")
 	f.Duration(&cfg.LatenessFor, "lateness-for", "FF_BENCH_LATENESS_FOR", cfg.LatenessFor, "length of each lateness run")
@@ -73,10 +74,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	}
 	for _, part := range sections {
 		switch part {
-		case "throughput", "lateness", "failover", "idle", "scale", "retention", "dependency":
+		case "throughput", "lateness", "promote", "failover", "idle", "scale", "retention", "dependency":
 			cfg.Sections = append(cfg.Sections, part)
 		default:
-			return badUsage("unknown section %q (want throughput, lateness, failover, idle, scale, retention or dependency)", part)
+			return badUsage("unknown section %q (want throughput, lateness, promote, failover, idle, scale, retention or dependency)", part)
 		}
 	}
 	if len(commits) > 0 {
@@ -104,8 +105,8 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		}
 		cfg.Reconcilers = append(cfg.Reconcilers, name)
 	}
-	if cfg.Due < 256 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
-		return badUsage("sizes out of range: --due ≥ 256, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
+	if cfg.Due < 256 || cfg.DependencyEvents < 1 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
+		return badUsage("sizes out of range: --due ≥ 256, --dependency-events ≥ 1, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
 	}
 	if dsn == "" {
 		dsn = dbconn.DefaultAdminURL

@@ -19,7 +19,7 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--malformed", "--database-url", db.URL)
-	if code != 0 || !strings.HasPrefix(out, "demo: inserted 24 items") {
+	if code != 0 || !strings.HasPrefix(out, "demo: inserted 25 items") {
 		t.Fatalf("worker demo --once: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
@@ -62,6 +62,8 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"budget usage", `SELECT count(*) FROM ff_budget_usage u JOIN ff_budget_policy p USING (partition_key, budget_id)
 		   WHERE p.next_reset_at_ms IS NOT NULL AND u.current_value > 0`, 2},
 		{"workers", `SELECT count(*) FROM ff_worker_registry WHERE namespace = 'demo'`, 1},
+		{"flow steps", `SELECT count(*) FROM ff_completion_event ev WHERE dispatched_at_ms IS NULL AND namespace = 'demo'
+		   AND instance_tag = 'demo-1' AND (SELECT count(*) FROM ff_edge e WHERE e.flow_id = ev.flow_id) = 2`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -122,6 +124,9 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 	fleettest.Start(t, db, fleet.Config{
 		Reconcilers: fleettest.Fast(fleettest.DefaultOn()...),
 		Filter:      store.Filter{Namespace: demo.Namespace, TagKey: demo.InstanceTagKey, TagValue: demo.InstanceTag},
+		// The primary dispatcher: completion events are due at once, so
+		// the test waits on no stale threshold.
+		DependencyStaleThreshold: -1,
 	})
 
 	// Whole-table reads lock every one of 256 partitions; on a test server
@@ -148,21 +153,29 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 	leases := c.Items[demo.LeaseExpired] + c.Items[demo.LeaseExpiring]
 	checks := map[*workers.Reconciler]func() (bool, string){
 		// An expired lease on an active execution is due for lease expiry
-		// and attempt timeout alike: each is released once, by whichever
-		// reaches it first, with one expired lease event; an execution
-		// reaching its deadline gets one too.
+		// or attempt timeout (see below): each is released once, with one
+		// expired lease event; an execution reaching its deadline gets one
+		// too.
 		workers.LeaseExpiry: func() (bool, string) {
 			n, ev := due(workers.LeaseExpiry), count(`SELECT count(*) FROM ff_lease_event WHERE event_type = 'expired' AND namespace = 'demo'`)
 			want := leases + c.Items[demo.DeadlinePassing]
 			return n == 0 && ev == want, fleettest.Statusf("%d leases due, %d expired events of %d", n, ev, want)
 		},
 		workers.AttemptTimeout: func() (bool, string) {
-			whole := count(`SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
-			   WHERE a.lease_expires_at_ms IS NULL AND e.public_state = 'running'
-			     AND ((a.outcome = 'lease_expired_reclaimable' AND e.attempt_state = 'attempt_interrupted')
-			       OR (a.outcome = 'interrupted' AND e.raw_fields->>'last_failure_message' = 'attempt_timeout'))`)
-			return due(workers.AttemptTimeout) == 0 && whole == leases,
-				fleettest.Statusf("%d of %d leases released by one reconciler's whole action", whole, leases)
+			// The default fleet splits them by retry policy, each with its
+			// reconciler's whole action: the expired leases (no policy) are
+			// lease expiry's, the expiring ones (two retries) attempt
+			// timeout's, which retries them.
+			released := func(outcome, attemptState, policy string) int {
+				return count(`SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
+				   WHERE a.lease_expires_at_ms IS NULL AND a.outcome = '` + outcome + `'
+				     AND e.attempt_state = '` + attemptState + `' AND e.policy IS ` + policy)
+			}
+			byLease := released("lease_expired_reclaimable", "attempt_interrupted", "NULL")
+			byTimeout := released("interrupted", "pending_retry_attempt", "NOT NULL")
+			return due(workers.AttemptTimeout) == 0 && byLease == c.Items[demo.LeaseExpired] && byTimeout == c.Items[demo.LeaseExpiring],
+				fleettest.Statusf("%d of %d expired leases released by lease expiry, %d of %d expiring ones by attempt timeout",
+					byLease, c.Items[demo.LeaseExpired], byTimeout, c.Items[demo.LeaseExpiring])
 		},
 		workers.ExecutionDeadline: func() (bool, string) {
 			expired := count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'terminal'
@@ -210,6 +223,18 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			cancelled := count(`SELECT count(*) FROM ff_exec_core WHERE cancellation_reason = 'sibling_quorum_satisfied'`)
 			return flagged == 0 && cancelled == c.Siblings,
 				fleettest.Statusf("%d groups flagged, %d of %d siblings cancelled", flagged, cancelled, c.Siblings)
+		},
+		// Every demo completion event dispatched: a succeeded upstream's
+		// downstream eligible, a failed one's downstream and the one after
+		// it skipped (the chain), each skipped event dispatched too.
+		workers.Dependency: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_completion_event WHERE dispatched_at_ms IS NULL AND flow_id IS NOT NULL`)
+			eligible := count(`SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+			   AND public_state = 'waiting' AND attempt_state = 'pending' AND flow_id IN (SELECT flow_id FROM ff_edge)`)
+			skipped := count(`SELECT count(*) FROM ff_exec_core WHERE public_state = 'skipped'`)
+			ok := c.Items[demo.FlowStep] - c.FlowsFailed
+			return left == 0 && eligible == ok && skipped == 2*c.FlowsFailed,
+				fleettest.Statusf("%d undispatched, %d of %d downstreams eligible, %d of %d skipped", left, eligible, ok, skipped, 2*c.FlowsFailed)
 		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (

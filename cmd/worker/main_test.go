@@ -155,6 +155,10 @@ func TestMigrateTwiceThenRunServesHealthAndUI(t *testing.T) {
 		if i == 1 && (!strings.Contains(out, "already up to date") || !strings.Contains(out, "left existing tables untouched")) {
 			t.Fatalf("second migrate output %q; want a no-op", out)
 		}
+		wantPF := []string{"promote function: installed river.ffreconcile_promote version 1", "promote function: river.ffreconcile_promote version 1 is in place"}[i]
+		if !strings.Contains(out, wantPF) {
+			t.Fatalf("migrate #%d output %q; want %q", i+1, out, wantPF)
+		}
 	}
 
 	now := time.Now().UnixMilli()

@@ -29,7 +29,10 @@ const promoteSummary = `Enqueue one ad-hoc delayed promotion (kind ff.delayed_pr
 Name the execution as --execution '{fp:N}:<uuid>' or as --partition N --execution-id UUID. --at schedules the
 promotion for the execution's delay-until: an RFC 3339 time (2026-05-01T12:30:00Z) or a duration from now (30s, 5m);
 without it the promotion runs at once. A running fleet (worker run) does the work; a promotion that is not due yet
-when it runs waits for the delay-until (up to 1h), and one for an execution that is not delayed changes nothing.`
+when it runs waits for the delay-until (up to 1h), and one for an execution that is not delayed changes nothing.
+From any language, inside your own transaction, one SQL call enqueues the same job (worker migrate installs it):
+  SELECT * FROM river.ffreconcile_promote(7::smallint, '<uuid>'::uuid, '2026-05-01T12:30:00Z'::timestamptz)
+returning job_id and duplicate (README, "From another language").`
 
 // parsePromoteFlags parses and checks the flags; now anchors a duration
 // given to --at.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -102,7 +103,7 @@ func TestPromoteHelpListsFlagsAndEnvVars(t *testing.T) {
 	}
 	for _, want := range []string{"--database-url", "DATABASE_URL", "--river-schema", "FF_RIVER_SCHEMA", "(default river)",
 		"--execution", "FF_PROMOTE_EXECUTION", "--partition", "FF_PROMOTE_PARTITION", "--execution-id", "FF_PROMOTE_EXECUTION_ID",
-		"--at", "FF_PROMOTE_AT", "duration from now"} {
+		"--at", "FF_PROMOTE_AT", "duration from now", "river.ffreconcile_promote(7::smallint"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("promote --help lacks %q", want)
 		}
@@ -136,8 +137,16 @@ func TestPromoteEnqueuesAndFleetPromotes(t *testing.T) {
 		t.Fatalf("repeat: exit %d, stdout %q, stderr %q; want skipped naming job %s", code, out, stderr, m[1])
 	}
 	code, out, stderr = runMain(t, ctx, "promote", "--database-url", db.URL, "--partition", "200", "--execution-id", b, "--at", "1s")
-	if code != 0 || !regexp.MustCompile(`^enqueued job \d+: promote \{fp:200\}:`+b+` at 20\d\d-`).MatchString(out) {
+	sched := regexp.MustCompile(`^enqueued job (\d+): promote \{fp:200\}:` + b + ` at (20\d\d-\S+)\n$`).FindStringSubmatch(out)
+	if code != 0 || sched == nil {
 		t.Fatalf("scheduled: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	// Another service's SQL call for the same promotion finds the CLI's.
+	var sqlJob int64
+	var dup bool
+	if err := db.Pool.QueryRow(ctx, `SELECT job_id, duplicate FROM river.ffreconcile_promote(200::smallint, $1::uuid, $2::timestamptz)`,
+		b, sched[2]).Scan(&sqlJob, &dup); err != nil || !dup || strconv.FormatInt(sqlJob, 10) != sched[1] {
+		t.Fatalf("SQL call after the CLI: job %d, duplicate %v, %v; want job %s, duplicate", sqlJob, dup, err, sched[1])
 	}
 	code, _, stderr = runMain(t, ctx, "promote", "--database-url", db.URL, "--river-schema", "elsewhere", "--execution", "{fp:7}:"+a)
 	if code != 1 || !strings.Contains(stderr, `River's tables are missing from schema "elsewhere"`) {

@@ -122,6 +122,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 		filter                           store.Filter
 		top                              int
 		retention, staleThreshold        time.Duration
+		reconcilers                      []string
 	)
 	f := newFlagSet("status", statusSummary)
 	databaseURLFlag(f, &dsn)
@@ -130,6 +131,8 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY is the string VALUE, given as KEY=VALUE")
 	f.DurationText(&retention, "retention", "FF_RETENTION", "0: retention not shown", "count terminal executions older than this as due for retention, as `worker run --retention` does")
 	f.Duration(&staleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold, "count completion events undispatched for longer than this as due for dependency, as `worker run` does (0: every undispatched event)")
+	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
+		"the reconcilers the fleet runs, as given to `worker run` (default all; retention only with --retention): shown, and deciding which of lease_expiry's and attempt_timeout's rows each takes")
 	f.Int(&top, "top", "FF_STATUS_TOP", 3, "partitions to show per reconciler, most due rows first (0 hides them)")
 	f.String(&format, "format", "FF_STATUS_FORMAT", "text", "output format: text or json (one document)")
 	if err := f.parse(args, stdout); err != nil {
@@ -147,6 +150,18 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	}
 	if retention < 0 {
 		return badUsage("--retention must not be negative, got %s", retention)
+	}
+	running := workers.Running{}
+	for _, name := range reconcilers {
+		if _, ok := workers.ByName(name); !ok {
+			return badUsage("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+		}
+		running[name] = true
+	}
+	if len(running) == 0 {
+		for _, r := range workers.DefaultOn(retention) {
+			running[r.Name] = true
+		}
 	}
 	if staleThreshold < 0 {
 		return badUsage("--dependency-stale-threshold must not be negative, got %s", staleThreshold)
@@ -178,7 +193,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	// would, before reporting it.
 	var rep *statusReport
 	for attempt := 1; ; attempt++ {
-		rep, err = readStatus(ctx, pool, schema, filter, top, retention, staleThreshold)
+		rep, err = readStatus(ctx, pool, schema, filter, running, top, retention, staleThreshold)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == statusAttempts || !errors.As(err, &pgErr) || pgErr.Code != "53200" { // out_of_memory, which "out of shared memory" is
 			break
@@ -206,10 +221,11 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	return nil
 }
 
-// readStatus gathers the report. The schema checks come first so that a
-// database that was never migrated fails with what to run, not with the
-// first query's "relation does not exist".
-func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
+// readStatus gathers the report of a fleet running the reconcilers of
+// running (each counted as that fleet takes its rows: Reconciler.DueIn). The
+// schema checks come first so that a database that was never migrated fails
+// with what to run, not with the first query's "relation does not exist".
+func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, running workers.Running, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
 	if err := store.CheckRiverSchema(ctx, db, schema); err != nil {
 		return nil, err
 	}
@@ -227,11 +243,12 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 
 	now := store.NowMs()
 	for _, r := range workers.All() {
-		if r.Retained && retention <= 0 {
+		if (r.Retained && retention <= 0) || !running[r.Name] {
 			continue
 		}
 		now := r.DueAt(now, workers.Config{Retention: retention, DependencyStaleThreshold: staleThreshold})
-		dc, err := r.Due.Count(ctx, db, now, filter, statusDueCap)
+		due := r.DueIn(running)
+		dc, err := due.Count(ctx, db, now, filter, statusDueCap)
 		if err != nil {
 			return nil, err
 		}
@@ -241,7 +258,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 			d.OutsideFilter = &outside
 		}
 		if top > 0 && dc.Due > 0 {
-			parts, err := r.Due.Top(ctx, db, now, filter, top, statusDueCap)
+			parts, err := due.Top(ctx, db, now, filter, top, statusDueCap)
 			if err != nil {
 				return nil, err
 			}

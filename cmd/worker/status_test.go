@@ -216,6 +216,69 @@ func TestStatusShowsLeaderAndHeartbeats(t *testing.T) {
 	}
 }
 
+// TestStatusCountsRowsAsTheFleetTakesThem: with --reconcilers as the fleet
+// runs them, an expired lease is counted for the one reconciler that takes
+// it: in the default fleet, an active execution declaring retries for
+// attempt_timeout and every other for lease_expiry, so their counts add up
+// to the expired leases; a fleet running one of them counts them all for
+// it, and shows only the reconcilers it runs. The dispatcher counts only
+// the pending cancel groups it acts on (flag set or group missing); the
+// reconciler counts them all. A regression counts a row for both, for
+// neither, or a flag-clear group as the dispatcher's backlog.
+func TestStatusCountsRowsAsTheFleetTakesThem(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	past := time.Now().Add(-time.Minute).UnixMilli()
+	for i := range 5 {
+		e := fftest.Exec{Partition: 7}
+		if i < 2 {
+			e.Policy = map[string]any{"retry_policy": map[string]any{"max_retries": 3}}
+		}
+		id := fftest.InsertExec(t, db.Pool, e)
+		fftest.InsertAttempt(t, db.Pool, 7, id, 0, fftest.Ms(past))
+	}
+	// A lease left on a terminal execution: lease expiry's alone.
+	id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 8, LifecyclePhase: "terminal"})
+	fftest.InsertAttempt(t, db.Pool, 8, id, 0, fftest.Ms(past))
+	// Pending cancel groups: flag set, flag clear, orphan.
+	for _, flag := range []bool{true, false} {
+		flow := fftest.NewUUID()
+		down := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 13, FlowID: flow})
+		fftest.InsertEdgeGroup(t, db.Pool, fftest.EdgeGroup{Partition: 13, FlowID: flow, DownstreamEID: down, Flag: flag})
+		fftest.InsertPendingCancel(t, db.Pool, 13, flow, down, past)
+	}
+	fftest.InsertPendingCancel(t, db.Pool, 13, fftest.NewUUID(), fftest.NewUUID(), past)
+
+	tests := []struct {
+		name string
+		args []string
+		want map[string]int64 // reconciler → due; -1: not shown
+	}{
+		{"Default", nil, map[string]int64{"lease_expiry": 4, "attempt_timeout": 2, "cancel_dispatch": 2, "cancel_reconcile": 3}},
+		{"Both", []string{"--reconcilers", "attempt_timeout,lease_expiry"}, map[string]int64{"lease_expiry": 4, "attempt_timeout": 2, "cancel_dispatch": -1}},
+		{"LeaseExpiryOnly", []string{"--reconcilers", "lease_expiry"}, map[string]int64{"lease_expiry": 6, "attempt_timeout": -1}},
+		{"AttemptTimeoutOnly", []string{"--reconcilers", "attempt_timeout,dependency"}, map[string]int64{"lease_expiry": -1, "attempt_timeout": 5, "dependency": 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := statusJSON(t, db, tt.args...)
+			shown := map[string]int64{}
+			for _, d := range rep.Due {
+				shown[d.Reconciler] = d.Due
+			}
+			for name, want := range tt.want {
+				got, ok := shown[name]
+				switch {
+				case want < 0 && ok:
+					t.Errorf("%s shown (%d due) though the fleet does not run it", name, got)
+				case want >= 0 && (!ok || got != want):
+					t.Errorf("%s: %d due (shown %v); want %d", name, got, ok, want)
+				}
+			}
+		})
+	}
+}
+
 func TestStatusFailsWithOneClearLine(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -238,6 +301,7 @@ func TestStatusFailsWithOneClearLine(t *testing.T) {
 		{"BadTop", []string{"--database-url", empty.URL, "--top", "-1"}, 2, "--top must be in 0..256"},
 		{"BadSchema", []string{"--database-url", empty.URL, "--river-schema", "a;b"}, 2, "invalid River schema name"},
 		{"BadTag", []string{"--database-url", empty.URL, "--instance-tag", "novalue"}, 2, "want KEY=VALUE"},
+		{"BadReconciler", []string{"--database-url", empty.URL, "--reconcilers", "lease_expiry,nope"}, 2, `unknown reconciler "nope"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,9 +36,13 @@ type Config struct {
 	AdminURL string
 	DBName   string
 
-	Due          int   // due rows per throughput run (default 20,000)
-	NotDueFactor int   // not-due rows per due row (default 10)
-	PoolSizes    []int // connection counts for the per-row pool reference
+	Due int // due rows per throughput run (default 20,000)
+	// DependencyEvents is the number of completion events the dependency
+	// section dispatches per design (default 5,000: FlowFabric's loop
+	// takes a minute or more for them).
+	DependencyEvents int
+	NotDueFactor     int   // not-due rows per due row (default 10)
+	PoolSizes        []int // connection counts for the per-row pool reference
 
 	LatenessRate int           // due rows per second in the lateness runs
 	LatenessFor  time.Duration // duration of each lateness run
@@ -58,6 +62,12 @@ type Config struct {
 	// retention section trims (default 1,000,000).
 	RetentionBacklog int
 
+	// PromoteFor is the length of each run of the promote section, and
+	// PromoteConns its connections, each enqueueing one promotion per
+	// transaction (defaults 10 s and 8).
+	PromoteFor   time.Duration
+	PromoteConns int
+
 	// CommitModes are the synchronous_commit settings the throughput runs
 	// compare (every design runs under each; default on and off).
 	CommitModes []string
@@ -76,8 +86,8 @@ type Config struct {
 	// its fleet of real processes with (cmd/worker passes its own).
 	WorkerBinary string
 
-	// Sections limits the run to some of: throughput, lateness, failover,
-	// idle, scale, retention, dependency.
+	// Sections limits the run to some of: throughput, lateness, promote,
+	// failover, idle, scale, retention, dependency.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -98,6 +108,8 @@ func Defaults() Config {
 		LatenessLeads: []time.Duration{time.Second, 10 * time.Second},
 		ScaleSmall:    10_000, ScaleLarge: 1_000_000, Backlog: 100_000,
 		RetentionBacklog: 1_000_000,
+		PromoteFor:       10 * time.Second, PromoteConns: 8,
+		DependencyEvents: 5_000,
 	}
 }
 
@@ -105,10 +117,12 @@ func Defaults() Config {
 func Quick() Config {
 	c := Defaults()
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
+	c.DependencyEvents = 1_000
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
 	c.RetentionBacklog = 20_000
+	c.PromoteFor = 3 * time.Second
 	return c
 }
 
@@ -236,6 +250,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
+	if cfg.wants("promote") {
+		res, err := e.promoteEnqueue(ctx)
+		rep.Promote = res
+		if err != nil {
+			return rep, fmt.Errorf("promote: %w", err)
+		}
+	}
 	if cfg.wants("failover") {
 		res, err := e.failover(ctx)
 		rep.Failover = res
@@ -303,6 +324,9 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 	}
 	if err == nil {
 		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
+	}
+	if err == nil {
+		_, err = migrations.ApplyPromoteFunction(ctx, tpool, "river")
 	}
 	if err == nil {
 		err = migrations.ApplyOutboxTrimTable(ctx, tpool)
@@ -499,7 +523,7 @@ func scenarios() []scenario {
 
 // latenessRuns lists the lateness benchmarks.
 func latenessRuns() []latenessRun {
-	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, attemptLateness}
+	return []latenessRun{leaseLateness, suspensionLateness, promotionLateness, adhocLateness, adhocSQLLateness, attemptLateness}
 }
 
 // readServer reads the settings of the server of url.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -93,7 +94,8 @@ func undispatched(ctx context.Context, db store.DB) (int, error) {
 
 // dependency runs the section.
 func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
-	n, notDue := e.cfg.Due, e.cfg.Due*e.cfg.NotDueFactor
+	n := cmp.Or(e.cfg.DependencyEvents, 5_000)
+	notDue := n * e.cfg.NotDueFactor
 	res := DependencyResult{Events: n}
 	prepare := func() error {
 		if err := e.reset(ctx); err != nil {

@@ -21,11 +21,14 @@ type Report struct {
 	// ours are, by synchronous_commit (riverCeiling).
 	RiverCeiling map[string]float64
 	Lateness     []LatenessResult
-	Failover     []FailoverResult
-	Idle         IdleResult
-	Scale        ScaleResult
-	Retention    RetentionResult
-	Dependency   DependencyResult
+	// Promote is the promote section: enqueueing ad-hoc promotions
+	// through the SQL function and through River's Go client.
+	Promote    []EnqueueResult
+	Failover   []FailoverResult
+	Idle       IdleResult
+	Scale      ScaleResult
+	Retention  RetentionResult
+	Dependency DependencyResult
 }
 
 func yesNo(b bool) string {
@@ -149,6 +152,23 @@ func (r *Report) Markdown() string {
 			for _, st := range l.Stages {
 				p("| %s | %s | %s | %s | %d | %s | %s |", l.Name, l.Lead, st.Kind, st.Step, st.Jobs, st.P50.Round(time.Millisecond), st.P99.Round(time.Millisecond))
 			}
+		}
+	}
+	if len(r.Promote) > 0 {
+		p("")
+		p("## Promotions from other languages")
+		p("")
+		p("Ad-hoc promotions enqueued one per transaction (begin, the insert, commit) from %d connections for %s each, no fleet",
+			r.Promote[0].Conns, r.Config.PromoteFor)
+		p("running: through the SQL function `river.ffreconcile_promote` (what a service in another language calls) and through")
+		p("River's Go client (`InsertTx` of `jobs.PromoteArgs` on an insert-only client). Without `at` the job is available and")
+		p("the insert sends River's notification; with `at` an hour ahead it is scheduled. Lateness from `at` to the promotion,")
+		p("for both, is in the Lateness section's ad-hoc streams.")
+		p("")
+		p("| via | at | promotions/s | transaction p50 | transaction p99 | promotions |")
+		p("|---|---|---|---|---|---|")
+		for _, x := range r.Promote {
+			p("| %s | %s | %.0f | %s | %s | %d |", x.Via, x.At, x.PerSec, x.P50, x.P99, x.Promotions)
 		}
 	}
 	if len(r.Failover) > 0 {

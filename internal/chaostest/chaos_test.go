@@ -172,10 +172,11 @@ func TestFleetChaos(t *testing.T) {
 	procs := make([]*proc, 3)
 	for i := range procs {
 		procs[i] = newProc(t, bin, db.URL, fmt.Sprintf("chaos-%d", i+1),
-			// The feeder's rows are these five reconcilers'; attempt
-			// timeout would race lease expiry for its expired leases
-			// (both are due on lease_expires_at_ms, see docs/design.md)
-			// and the checker expects a released lease.
+			// The feeder's rows are these five reconcilers'. Its leases'
+			// executions declare no retries, so next to lease expiry
+			// attempt timeout would take none of them (docs/design.md,
+			// "Attempt timeout and lease expiry"); the checker expects
+			// lease expiry's release.
 			"--reconcilers", "lease_expiry,suspension_timeout,delayed_promotion,cancel_dispatch,cancel_reconcile",
 			"--lease-expiry-interval", "1s", "--suspension-timeout-interval", "1s", "--delayed-promotion-interval", "1s",
 			"--cancel-dispatch-interval", "1s", "--cancel-reconcile-interval", "2s",

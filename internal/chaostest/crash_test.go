@@ -175,6 +175,9 @@ func TestDatabaseCrash(t *testing.T) {
 	if err := migrations.ApplyWorkerTable(ctx, pool, "river"); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := migrations.ApplyPromoteFunction(ctx, pool, "river"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

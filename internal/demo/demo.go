@@ -42,7 +42,7 @@ const DemoBudgetPartitions = 32
 // DefaultRate is the default number of items per second: about what a
 // small FlowFabric deployment produces, and enough to keep every reconciler
 // busy without flooding River UI.
-const DefaultRate = 24
+const DefaultRate = 25
 
 // UnknownBehavior is a timeout_behavior FlowFabric does not define; the
 // suspension-timeout reconciler applies it as fail, with a warning. The
@@ -62,9 +62,11 @@ type Kind int
 
 // Item kinds.
 const (
-	// LeaseExpired is an active execution whose lease lapsed moments ago.
+	// LeaseExpired is an active execution whose lease lapsed moments ago,
+	// without a retry policy: lease expiry's in the default fleet.
 	LeaseExpired Kind = iota
-	// LeaseExpiring is an active execution whose lease lapses shortly.
+	// LeaseExpiring is an active execution whose lease lapses shortly,
+	// declaring two retries: attempt timeout's in the default fleet.
 	LeaseExpiring
 	// Suspension is a suspended execution whose timeout lapses about now,
 	// with one of Behaviors in turn.
@@ -94,11 +96,21 @@ const (
 	// WorkerStale is a worker registration whose heartbeat goes past its
 	// liveness TTL about now.
 	WorkerStale
+	// FlowStep is an upstream that just ended, whose completion event
+	// nobody dispatched, falling due for dependency (DependencyStale after
+	// its commit) about now: a downstream blocked on it (all_of) and one
+	// blocked on that downstream. Succeeded and failed in turn: a success
+	// makes the first downstream eligible, a failure skips both (a chain).
+	FlowStep
 	numKinds
 )
 
+// DependencyStale is the dependency reconciler's default stale threshold,
+// which the demo's completion events are dated for.
+const DependencyStale = 15 * time.Second
+
 var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group",
-	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale"}
+	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -113,12 +125,14 @@ func (k Kind) String() string {
 // second at the default rate, or one --once batch, has a bit of everything.
 // Leases come in both flavours so that River UI shows releases arriving
 // steadily rather than only in bursts. An expired lease on an active
-// execution is due for both lease expiry and attempt timeout, as in
-// FlowFabric: whichever reaches it first applies its action.
+// execution is due for both lease expiry and attempt timeout; the default
+// fleet gives it to one by the execution's retry policy, so expired leases
+// (none) show lease expiry's jobs and expiring ones (two retries) attempt
+// timeout's.
 var deck = []Kind{
 	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
 	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
-	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale,
+	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale, FlowStep,
 }
 
 // DeckSize is the smallest batch holding every kind and behaviour.
@@ -136,6 +150,8 @@ type Counts struct {
 	// Siblings is the number of live sibling executions listed on cancel
 	// groups.
 	Siblings int
+	// FlowsFailed is the number of FlowStep items whose upstream failed.
+	FlowsFailed int
 	// LastDueMs is the latest deadline among the items: after it every
 	// item is due.
 	LastDueMs int64
@@ -163,16 +179,17 @@ func (c *Counts) Add(o Counts) {
 	}
 	c.Rows += o.Rows
 	c.Siblings += o.Siblings
+	c.FlowsFailed += o.FlowsFailed
 	c.LastDueMs = max(c.LastDueMs, o.LastDueMs)
 }
 
 // String is the one-line summary `worker demo` prints.
 func (c Counts) String() string {
 	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), "+
-		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d",
+		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed)",
 		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
 		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending], c.Items[DeadlinePassing],
-		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale])
+		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed)
 }
 
 // Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -205,8 +222,9 @@ type Feeder struct {
 
 	db       Beginner
 	rng      *rand.Rand
-	next     int // position in deck
-	behavior int // next suspension behaviour
+	next     int  // position in deck
+	behavior int  // next suspension behaviour
+	flowFail bool // the next FlowStep's upstream fails
 }
 
 // NewFeeder returns a feeder writing to db. A seed of 0 picks a random one.
@@ -285,8 +303,12 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			expires = f.between(nowMs, 1000, 5000)
 		}
 		id := f.uuid()
+		policy := ""
+		if k == LeaseExpiring {
+			policy = `{"retry_policy": {"max_retries": 2}}`
+		}
 		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
-			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs})
+			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs, policy: policy})
 		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
 		        lease_epoch, lease_expires_at_ms, started_at_ms)
 		 VALUES ($1, $2, 0, $3, $4, 1, $5, $6)`,
@@ -390,6 +412,32 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			 VALUES ($1, $2, $3, $4, $5)`, bp, id, dim, 1+f.rng.Int64N(1000), nowMs-1000)
 		}
 		c.Rows += 3
+	case FlowStep:
+		flow, up, down, down2 := f.uuid(), f.uuid(), f.uuid(), f.uuid()
+		outcome, public := "success", "completed"
+		if f.flowFail {
+			outcome, public = "failed", "failed"
+			c.FlowsFailed++
+		}
+		f.flowFail = !f.flowFail
+		f.exec(b, execRow{p: p, id: up, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
+			public: public, attempt: "attempt_terminal", terminalMs: nowMs - 1000, nowMs: nowMs})
+		for _, d := range []struct{ id, on string }{{down, up}, {down2, down}} {
+			f.exec(b, execRow{p: p, id: d.id, flow: flow, phase: "blocked", ownership: "unowned", eligibility: "blocked_by_dependencies",
+				public: "waiting", attempt: "pending", nowMs: nowMs})
+			b.Queue(`INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+			 VALUES ($1, $2, $3, $4, $5, '{"kind": "all_of"}'::jsonb)`, p, flow, f.uuid(), d.on, d.id)
+			b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target, running_count)
+			 VALUES ($1, $2, $3, '{"kind": "all_of"}'::jsonb, 1, 1)`, p, flow, d.id)
+		}
+		// Committed DependencyStale before it falls due, as FlowFabric's
+		// engine would have written it (its namespace and tag in the
+		// event's own columns, which the tenant filter reads).
+		dueMs := due(f.between(nowMs, -2000, 4000))
+		b.Queue(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag,
+		        occurred_at_ms, committed_at_ms)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p, up, flow, outcome, Namespace, InstanceTag, dueMs-DependencyStale.Milliseconds())
+		c.Rows += 3 + 4 + 1
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]
@@ -410,6 +458,7 @@ type execRow struct {
 	phase, ownership, eligibility, public, attempt string
 	deadlineMs, startedMs, terminalMs              int64 // 0: NULL
 	nowMs                                          int64
+	policy                                         string // JSON; "": NULL
 }
 
 func nullMs(v int64) any {
@@ -429,12 +478,17 @@ func (f *Feeder) exec(b *pgx.Batch, e execRow) {
 	if e.flow != "" {
 		flow = e.flow
 	}
+	var policy any
+	if e.policy != "" {
+		policy = e.policy
+	}
 	lane := []string{"default", "batch", "interactive"}[f.rng.IntN(3)]
 	b.Queue(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields)
-	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb)`,
+	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields,
+	        policy)
+	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb)`,
 		e.p, e.id, flow, lane, e.phase, e.ownership, e.eligibility, e.public, e.attempt,
-		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw))
+		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw), policy)
 }
 
 func (f *Feeder) edgeGroup(b *pgx.Batch, p int16, flow, downstream string, flag bool, members []string, running int) {

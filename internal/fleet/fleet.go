@@ -540,6 +540,11 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	if err := store.CheckRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
+	// Other services enqueue promotions through it; one older than this
+	// build's would insert jobs unlike the Go clients' (no dedupe).
+	if err := migrations.CheckPromoteFunction(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
+		return err
+	}
 	checkServer(ctx, f.WorkPool, cfg.Logger)
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
@@ -574,6 +579,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		Pool:                     f.WorkPool,
 		TickPool:                 f.TickPool,
 		Filter:                   cfg.Filter,
+		Running:                  workers.RunningOf(cfg.Reconcilers),
 		BatchSize:                cfg.BatchSize,
 		PartitionCount:           cfg.PartitionCount,
 		BudgetPartitionCount:     cfg.BudgetPartitionCount,

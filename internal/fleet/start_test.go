@@ -164,3 +164,41 @@ func TestStartNeedsAMigratedHeartbeatTable(t *testing.T) {
 		t.Fatalf("start on an outdated heartbeat table: %v; want it to say to run worker migrate", err)
 	}
 }
+
+// TestNewNeedsTheCurrentPromoteFunction: a fleet does not start when the
+// promote function other services call is missing from River's schema, or
+// older than this build's, and says to run `worker migrate`. A regression
+// starts a fleet while other services' promotions fail (no function) or are
+// inserted unlike the Go clients' (an old one: never deduplicated).
+func TestNewNeedsTheCurrentPromoteFunction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name, ddl, want string
+	}{
+		{"Missing", `DROP FUNCTION river.ffreconcile_promote`,
+			"the promote function river.ffreconcile_promote is missing; run `worker migrate` (with --river-schema river)"},
+		{"Older", `COMMENT ON FUNCTION river.ffreconcile_promote IS 'ffreconcile_promote version 0: old'`,
+			"the promote function river.ffreconcile_promote is version 0, older than this worker's 1; run `worker migrate` (with --river-schema river)"},
+		{"Unversioned", `COMMENT ON FUNCTION river.ffreconcile_promote IS NULL`,
+			"is version 0, older than this worker's 1; run `worker migrate`"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			db := testdb.New(t)
+			if _, err := db.Pool.Exec(ctx, tt.ddl); err != nil {
+				t.Fatal(err)
+			}
+			f, err := fleet.New(ctx, fleet.Config{DatabaseURL: db.URL, RiverSchema: testdb.RiverSchema,
+				Reconcilers: only(workers.LeaseExpiry), Logger: slog.New(slog.DiscardHandler)})
+			if err == nil {
+				f.Close()
+				t.Fatal("fleet built")
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q; want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}

@@ -59,7 +59,9 @@ type Config struct {
 	PartitionCount, BudgetPartitionCount int
 	// Intervals are the tick intervals of the reconcilers this process
 	// runs, exported as tick_interval_seconds: the stall alert's threshold
-	// is a few of them. Defaults to none.
+	// is a few of them. They also say which rows a reconciler sharing rows
+	// with another takes (workers.Reconciler.DueIn), for the due-rows and
+	// oldest-due gauges. Defaults to none.
 	Intervals map[string]time.Duration
 	// ClientID returns this process's River client ID, read at scrape time,
 	// for the leader gauge. Nil (or "") exports no leader gauge.
@@ -386,7 +388,11 @@ func (c *dbCollector) read() []prometheus.Metric {
 		out = append(out, prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...))
 	}
 	parts := workers.Config{PartitionCount: c.cfg.PartitionCount, BudgetPartitionCount: c.cfg.BudgetPartitionCount}
+	running := workers.RunningOf(c.cfg.Intervals)
 	for _, r := range workers.All() {
+		// The rows r takes in this fleet: with reconcilers sharing rows,
+		// its share (Reconciler.DueIn), so their due rows add up.
+		due := r.DueIn(running)
 		if r.Retained && c.cfg.Retention <= 0 {
 			// Nothing is due for retention without a retention.
 			gauge(c.oldest, 0, r.Name)
@@ -395,7 +401,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 		dueAt := r.DueAt(now, workers.Config{Retention: c.cfg.Retention, DependencyStaleThreshold: c.cfg.DependencyStaleThreshold})
 		var dc store.DueCount
 		err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
-			dc, err = r.Due.Count(ctx, tx, dueAt, c.cfg.Filter, c.cfg.DueCap)
+			dc, err = due.Count(ctx, tx, dueAt, c.cfg.Filter, c.cfg.DueCap)
 			return err
 		})
 		if err != nil {
@@ -412,7 +418,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 			found bool
 		)
 		err = c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
-			at, found, err = r.Due.Oldest(ctx, tx, dueAt, r.Partitions(parts), c.cfg.Filter)
+			at, found, err = due.Oldest(ctx, tx, dueAt, r.Partitions(parts), c.cfg.Filter)
 			return err
 		})
 		if err != nil {

@@ -296,3 +296,56 @@ func TestScrapeServesLastValuesWhileReading(t *testing.T) {
 		return v == 1, fleettest.Statusf("database_up %v", v)
 	})
 }
+
+// TestDueGaugesCountSharedRowsOnce: the due-rows and oldest-due gauges count
+// an expired lease for the reconciler that takes it in this fleet (Intervals
+// names the reconcilers it runs): with lease expiry and attempt timeout both
+// running, the leases of active executions declaring retries are attempt
+// timeout's and the others lease expiry's, so the two gauges add up to the
+// expired leases; a fleet running lease expiry alone counts every one for
+// it. The dispatcher's gauge counts only the pending cancel groups it acts
+// on. A regression counts a lease for both (a backlog reported twice) or
+// for neither (a stall that never shows), or a flag-clear group as the
+// dispatcher's stall.
+func TestDueGaugesCountSharedRowsOnce(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	now := store.NowMs()
+	for i := range 5 {
+		e := fftest.Exec{Partition: int16(i)}
+		if i < 2 {
+			e.Policy = map[string]any{"retry_policy": map[string]any{"max_retries": 1}}
+		}
+		id := fftest.InsertExec(t, db.Pool, e)
+		fftest.InsertAttempt(t, db.Pool, int16(i), id, 0, fftest.Ms(now-2000))
+	}
+	flow := fftest.NewUUID()
+	down := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 9, FlowID: flow})
+	fftest.InsertEdgeGroup(t, db.Pool, fftest.EdgeGroup{Partition: 9, FlowID: flow, DownstreamEID: down})
+	fftest.InsertPendingCancel(t, db.Pool, 9, flow, down, now-2000)
+
+	tests := []struct {
+		name      string
+		intervals map[string]time.Duration
+		want      map[string]float64
+	}{
+		{"Both", fleettest.Fast(workers.LeaseExpiry, workers.AttemptTimeout, workers.CancelDispatch),
+			map[string]float64{"lease_expiry": 3, "attempt_timeout": 2, "cancel_dispatch": 0, "cancel_reconcile": 1}},
+		{"LeaseExpiryOnly", fleettest.Fast(workers.LeaseExpiry), map[string]float64{"lease_expiry": 5}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, Intervals: tt.intervals})
+			body := scrape(t, m)
+			for name, want := range tt.want {
+				if v := value(t, body, `ffreconcile_due_rows{reconciler="`+name+`"}`); v != want {
+					t.Errorf("due_rows{%s} = %v; want %v", name, v, want)
+				}
+				oldest := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="`+name+`"}`)
+				if (want > 0) != (oldest >= 2) || (want == 0 && oldest != 0) {
+					t.Errorf("oldest_due_seconds{%s} = %v with %v rows 2 s overdue", name, oldest, want)
+				}
+			}
+		})
+	}
+}

@@ -223,6 +223,9 @@ func NewFlowFabric(t testing.TB) *DB {
 				if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
 					return err
 				}
+				if _, err := migrations.ApplyPromoteFunction(ctx, pool, RiverSchema); err != nil {
+					return err
+				}
 				if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
 					return err
 				}
@@ -375,6 +378,9 @@ func migrateInto(ctx context.Context, dbURL string) error {
 		return err
 	}
 	if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
+		return err
+	}
+	if _, err := migrations.ApplyPromoteFunction(ctx, pool, RiverSchema); err != nil {
 		return err
 	}
 	if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
