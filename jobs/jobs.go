@@ -54,6 +54,9 @@ const (
 	QueueRetention = "ff_retention"
 )
 
+// Queues are the fleet's queues, in the order `worker status` lists them.
+var Queues = []string{QueueTicks, QueueControl, QueueRows, QueueRetention}
+
 // DefaultRiverSchema is the Postgres schema of River's tables, where other
 // services insert their jobs, unless the fleet is configured with another
 // (--river-schema).

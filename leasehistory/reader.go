@@ -3,6 +3,7 @@ package leasehistory
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,8 @@ type reader struct {
 	// hole; later holes do not wait for them again, so one long transaction
 	// (say, a long report) costs one bound, not one per hole.
 	ignored map[string]struct{}
+
+	signals *testSignals // nil outside tests
 }
 
 // hold is the state while delivery is stopped at a missing event id.
@@ -144,6 +147,9 @@ func (r *reader) checkHold(ctx context.Context, db leaseEventDB) error {
 		}
 		h.vxidsRead, h.unreliable = true, inRecovery
 		h.finished = !inRecovery && len(h.vxids) == 0
+		if r.signals != nil && r.signals.holdListed != nil {
+			r.signals.holdListed(slices.Clone(h.vxids))
+		}
 		return nil
 	}
 	running, err := store.StillRunning(ctx, db, h.vxids)

@@ -85,6 +85,20 @@ type Options struct {
 	// and then ends (Events is closed, Err returns nil). It never listens,
 	// and the first database error ends it (Err returns it).
 	StopWhenCaughtUp bool
+
+	// signals, set by tests only (export_test.go), reports what the reader
+	// is doing, so tests wait for it rather than sleep.
+	signals *testSignals
+}
+
+// testSignals are hooks a test sets to learn what the reader is doing (as
+// River's maintenance services' TestSignals). Each is called on the
+// subscription's goroutine; nil ones are skipped.
+type testSignals struct {
+	// holdListed: delivery is stopped at a missing event id and has listed
+	// the running transactions it waits for (those that may still commit
+	// the missing ids), after the read that found it.
+	holdListed func(vxids []string)
 }
 
 // Subscription is a running subscription. Receive from Events until it is
@@ -172,7 +186,8 @@ func Subscribe(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Subscrip
 	}
 	o.ReconnectBackoffMax = max(o.ReconnectBackoffMax, o.ReconnectBackoff)
 
-	r := &reader{filter: f, logger: o.Logger, gapWait: o.GapWait, now: time.Now, acceptTrimmed: o.AcceptTrimmed}
+	r := &reader{filter: f, logger: o.Logger, gapWait: o.GapWait, now: time.Now, acceptTrimmed: o.AcceptTrimmed,
+		signals: o.signals}
 	if o.Cursor.IsZero() {
 		maxID, err := store.MaxLeaseEventID(ctx, pool)
 		if err != nil {

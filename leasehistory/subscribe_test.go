@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/leasehistory"
 )
 
@@ -308,6 +309,58 @@ func waitCursor(t *testing.T, sub *leasehistory.Subscription, id int64) {
 	}
 }
 
+// vxidOf returns tx's virtual transaction id, as pg_locks and the reader's
+// running-transaction lists show it.
+func vxidOf(t *testing.T, ctx context.Context, tx pgx.Tx) string {
+	t.Helper()
+	var vxid string
+	if err := tx.QueryRow(ctx,
+		`SELECT virtualtransaction FROM pg_locks WHERE pid = pg_backend_pid() AND locktype = 'virtualxid'`).Scan(&vxid); err != nil {
+		t.Fatal(err)
+	}
+	return vxid
+}
+
+// holds is a subscription's test signal: the running-transaction lists of
+// the holes it stopped at (leasehistory.OnHoldListed).
+type holds chan []string
+
+// watchHolds returns opts with the signal set, and the channel it reports on.
+func watchHolds(opts leasehistory.Options) (leasehistory.Options, holds) {
+	h := make(holds, 100)
+	return leasehistory.OnHoldListed(opts, func(vxids []string) {
+		select {
+		case h <- vxids:
+		default: // never more than a few holes per test
+		}
+	}), h
+}
+
+// waitHeldFor waits until sub holds at a hole waiting for the transaction
+// vxid, and returns the transactions that hold waits for. An event
+// delivered meanwhile fails the test: nothing may pass the hole.
+func (h holds) waitHeldFor(t *testing.T, sub *leasehistory.Subscription, vxid string) []string {
+	t.Helper()
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case vxids := <-h:
+			if slices.Contains(vxids, vxid) {
+				return vxids
+			}
+		case ev, ok := <-sub.Events():
+			if !ok {
+				t.Fatalf("subscription ended: %v", sub.Err())
+			}
+			if ev.Type != leasehistory.EventDisconnected {
+				t.Fatalf("delivered %+v while transaction %s, which holds a lower event id, was open", ev, vxid)
+			}
+		case <-deadline:
+			t.Fatalf("the subscriber never held at a hole waiting for transaction %s", vxid)
+		}
+	}
+}
+
 func TestSkipsUndecodableRows(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
@@ -321,7 +374,7 @@ VALUES ('{fp:1}:not-a-uuid', 'acquired', 0, 1)`); err != nil {
 	good2 := insertEvent(t, ctx, db.Pool, 1, "revoked", nil, nil)
 	insertEvent(t, ctx, db.Pool, 1, "bogus", nil, nil)
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{
 		Cursor: leasehistory.EncodeCursor(0), StopWhenCaughtUp: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
@@ -352,7 +405,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 				t.Parallel()
 				db := testdb.New(t)
 				ctx := testCtx(t)
-				sub := subscribe(t, ctx, db.Pool, m.opts)
+				opts, held := watchHolds(m.opts)
+				sub := subscribe(t, ctx, db.Pool, opts)
 
 				txA, err := db.Pool.Begin(ctx)
 				if err != nil {
@@ -383,12 +437,8 @@ func TestOutOfOrderCommit(t *testing.T) {
 				}
 
 				// B is committed and visible; the subscriber must hold at A's
-				// id. Give a wrong implementation time to deliver B.
-				select {
-				case ev := <-sub.Events():
-					t.Fatalf("delivered %+v while event %d was uncommitted", ev, idA)
-				case <-time.After(300 * time.Millisecond):
-				}
+				// id, waiting for A's transaction, without delivering B.
+				held.waitHeldFor(t, sub, vxidOf(t, ctx, txA))
 				if id, _ := sub.Cursor().EventID(); id >= idA {
 					t.Fatalf("cursor moved to %d, past the uncommitted event %d", id, idA)
 				}
@@ -417,6 +467,7 @@ func TestRolledBackHoleIsPassed(t *testing.T) {
 			// Far beyond next's wait: an event that arrives was let
 			// through by the rollback, not by the bound.
 			opts.GapWait = 10 * time.Minute
+			opts, held := watchHolds(opts)
 			sub := subscribe(t, ctx, db.Pool, opts)
 
 			tx, err := db.Pool.Begin(ctx)
@@ -426,7 +477,9 @@ func TestRolledBackHoleIsPassed(t *testing.T) {
 			defer tx.Rollback(ctx) //nolint:errcheck
 			lost := insertEvent(t, ctx, tx, 1, "acquired", nil, nil)
 			kept := insertEvent(t, ctx, db.Pool, 1, "renewed", nil, nil)
-			time.Sleep(100 * time.Millisecond) // let the subscriber reach the hole
+			// The subscriber waits at the hole for tx: the rollback, not a
+			// late first read, is what lets it pass.
+			held.waitHeldFor(t, sub, vxidOf(t, ctx, tx))
 			if err := tx.Rollback(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -447,7 +500,7 @@ func TestGapWaitBound(t *testing.T) {
 	db := testdb.New(t)
 	ctx := testCtx(t)
 	const gapWait = time.Second
-	var logs syncBuffer
+	var logs testlog.Buffer
 	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{GapWait: gapWait,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
@@ -508,9 +561,10 @@ func TestOtherDatabasesTransactionsAreIgnored(t *testing.T) {
 	t.Parallel()
 	db, other := testdb.New(t), testdb.NewEmpty(t)
 	ctx := testCtx(t)
-	var logs syncBuffer
-	sub := subscribe(t, ctx, db.Pool, leasehistory.Options{GapWait: 10 * time.Minute,
+	var logs testlog.Buffer
+	opts, held := watchHolds(leasehistory.Options{GapWait: 10 * time.Minute,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	sub := subscribe(t, ctx, db.Pool, opts)
 
 	elsewhere, err := other.Pool.Begin(ctx)
 	if err != nil {
@@ -527,7 +581,11 @@ func TestOtherDatabasesTransactionsAreIgnored(t *testing.T) {
 	defer tx.Rollback(ctx) //nolint:errcheck
 	insertEvent(t, ctx, tx, 1, "acquired", nil, nil)
 	kept := insertEvent(t, ctx, db.Pool, 1, "renewed", nil, nil)
-	time.Sleep(100 * time.Millisecond) // let the subscriber reach the hole
+	// The subscriber holds at the hole for tx, and only for transactions of
+	// its own database.
+	if vxids := held.waitHeldFor(t, sub, vxidOf(t, ctx, tx)); slices.Contains(vxids, vxidOf(t, ctx, elsewhere)) {
+		t.Fatalf("the hole waits for %v, which includes another database's transaction", vxids)
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -625,22 +683,4 @@ FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n); err != ni
 	if disconnects == 0 {
 		t.Fatal("no disconnect notice delivered")
 	}
-}
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

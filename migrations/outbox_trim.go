@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,7 +13,7 @@ import (
 // path's schema), recording how far outbox retention has deleted each
 // outbox: a lease-history consumer whose cursor is behind that point is
 // told that events were deleted, instead of silently skipping them.
-const OutboxTrimTableName = "ffreconcile_outbox_trim"
+const OutboxTrimTableName = dbnames.OutboxTrimTable
 
 // outboxTrimDDL holds one row per outbox table (ff_lease_event,
 // ff_completion_event): the highest event id outbox retention deleted from

@@ -3,8 +3,8 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 	"log/slog"
-	"regexp"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,18 +12,9 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 )
 
-// schemaNameRE is the identifier form accepted for the River schema. The name
-// is interpolated into DDL (CREATE SCHEMA cannot take a parameter), so it is
-// validated first; it matches River's own check for Config.Schema.
-var schemaNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]{0,62}$`)
-
-// ValidateSchemaName reports whether name is usable as River's schema.
-func ValidateSchemaName(name string) error {
-	if !schemaNameRE.MatchString(name) {
-		return fmt.Errorf("invalid River schema name %q: use letters, digits and underscores, starting with a letter or underscore (at most 63 characters)", name)
-	}
-	return nil
-}
+// ValidateSchemaName reports whether name is usable as River's schema (see
+// dbnames.ValidateSchemaName).
+func ValidateSchemaName(name string) error { return dbnames.ValidateSchemaName(name) }
 
 // ApplyRiver creates schema (if missing) and runs River's migrations in it.
 // It returns the versions applied; none when River is already up to date.

@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,7 +13,7 @@ import (
 // records its heartbeat. River's open-source edition keeps no table of live
 // clients (only the elected leader, in river_leader), so `worker status`
 // could not otherwise tell which processes are running.
-const WorkerTableName = "ffreconcile_worker"
+const WorkerTableName = dbnames.WorkerTable
 
 // workerTableDDL is the heartbeat table, with %s standing for its
 // schema-qualified name. It holds one row per live process, so it needs no

@@ -31,8 +31,10 @@ type Tick struct {
 
 // Jobs returns a periodic job for each tick, run every interval and once at
 // start (RunOnStart, so a new leader does not wait a whole interval). Ticks
-// are unique per interval period, so a leader change in mid-period neither
-// skips nor doubles one.
+// are unique by state only (jobs.TickInsertOpts: at most one unfinished tick
+// per reconciler), not per interval period: a new leader's first tick joins
+// its predecessor's last if that one is still unfinished, and otherwise runs
+// at once, which costs a probe (a tick is idempotent).
 func Jobs(ticks []Tick) ([]*river.PeriodicJob, error) {
 	out := make([]*river.PeriodicJob, 0, len(ticks))
 	seen := map[string]bool{}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,21 +53,9 @@ func (d *explainDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	return d.DB.Exec(ctx, sql, args...)
 }
 
-// waitForLockWait waits until some backend is waiting on a row lock while
-// running a statement that mentions table.
+// waitForLockWait waits until a backend of the test's own database waits on
+// a lock while running a statement that mentions table.
 func waitForLockWait(t *testing.T, db store.DB, table string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := fftest.Count(t, db, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%' || $1 || '%'`, table)
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no statement on %s ever waited on a row lock", table)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	fftest.WaitForLockWait(t, db, table)
 }

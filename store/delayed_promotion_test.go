@@ -155,13 +155,7 @@ func TestPromoteRechecksUnderLock(t *testing.T) {
 		res, err := store.PromoteDelayed(ctx, pool, 12, id, now, store.Filter{})
 		done <- result{res, err}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for fftest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%ff_exec_core%'`) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("promotion never waited on the row lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLockWait(t, pool, "ff_exec_core")
 	if err := redelay.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // dueCase is one reconciler's due rows, for the suites below: seed inserts
@@ -315,6 +317,65 @@ var dueCases = []dueCase{
 			}
 		},
 	},
+	{
+		// A completion event carries its tenant in its own columns: with no
+		// namespace ("" ns) it passes no filter but is due.
+		name: "CompletionEvents", due: store.CompletionEvents, missing: missingDue,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			c := fftest.Completion{Partition: p, ExecutionID: fftest.NewUUID(), Outcome: "success", CommittedAtMs: at}
+			if ns != "" {
+				c.Namespace = fftest.Str(ns)
+			}
+			if tag != "" {
+				c.InstanceTag = fftest.Str(tag)
+			}
+			return strconv.FormatInt(fftest.InsertCompletion(t, db, c), 10)
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// A dispatched event is never due again.
+			due := fftest.InsertCompletion(t, db, fftest.Completion{Partition: 150, ExecutionID: fftest.NewUUID(), Outcome: "success", CommittedAtMs: now - 5})
+			done := fftest.InsertCompletion(t, db, fftest.Completion{Partition: 150, ExecutionID: fftest.NewUUID(), Outcome: "failed", CommittedAtMs: now - 6})
+			if _, err := db.Exec(context.Background(), `UPDATE ff_completion_event SET dispatched_at_ms = 1 WHERE event_id = $1`, done); err != nil {
+				t.Fatal(err)
+			}
+			got := scan(t, db, store.CompletionEvents, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != strconv.FormatInt(due, 10) {
+				t.Fatalf("scan = %+v; want only event %d (event %d is dispatched)", got, due, done)
+			}
+		},
+	},
+	{
+		name: "TerminalExecutions", due: store.TerminalExecutions, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			e := fftest.Terminal(p, at)
+			e.Namespace = ns
+			if tag != "" {
+				e.Tags = map[string]string{"cairn.instance_id": tag}
+			}
+			return fftest.InsertExec(t, db, e)
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Only terminal executions, ended at or before the cutoff.
+			at := fftest.InsertExec(t, db, fftest.Terminal(150, now))
+			fftest.InsertExec(t, db, fftest.Exec{Partition: 150, TerminalAtMs: fftest.Ms(now - 100)})
+			got := scan(t, db, store.TerminalExecutions, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != at {
+				t.Fatalf("scan = %+v; want only %s", got, at)
+			}
+		},
+	},
+}
+
+// TestDueCasesCoverTheRegistry: every registered reconciler's due rows have a
+// case above, so a new reconciler cannot skip TestDueScans and
+// TestCountDueAndTopPartitions by being left out of a hand list.
+func TestDueCasesCoverTheRegistry(t *testing.T) {
+	t.Parallel()
+	for _, r := range workers.All() {
+		if !slices.ContainsFunc(dueCases, func(c dueCase) bool { return c.due == r.Due }) {
+			t.Errorf("reconciler %s: its due rows (%s) have no case in dueCases", r.Name, r.Due.What)
+		}
+	}
 }
 
 func scan(t *testing.T, db store.DB, due *store.Due, p int16, now int64, after *store.DueRow, limit int, f store.Filter) []store.DueRow {

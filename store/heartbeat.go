@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 )
 
 // Worker heartbeats live in <river schema>.ffreconcile_worker (see
@@ -26,7 +26,7 @@ var ErrWorkerTableMissing = errors.New("worker heartbeat table is missing or out
 // way River's own configuration does. Schema names cannot be bound as
 // parameters, so they are validated and quoted, never pasted.
 func riverTable(schema, table string) (string, error) {
-	if err := migrations.ValidateSchemaName(schema); err != nil {
+	if err := dbnames.ValidateSchemaName(schema); err != nil {
 		return "", err
 	}
 	return pgx.Identifier{schema, table}.Sanitize(), nil
@@ -71,7 +71,7 @@ func ConnTagged(name, tag string) string {
 // returns the stored started_at, which the caller passes on later beats.
 // HeartbeatAt and Age of w are ignored.
 func UpsertWorkerHeartbeat(ctx context.Context, db DB, schema string, w WorkerHeartbeat) (time.Time, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -118,7 +118,7 @@ func UpsertWorkerHeartbeat(ctx context.Context, db DB, schema string, w WorkerHe
 // over, since no other process will see its row again.
 func RegisterWorkerHeartbeat(ctx context.Context, db Beginner, schema string, w WorkerHeartbeat, liveFor time.Duration,
 	accept func(live []WorkerHeartbeat) error) (time.Time, *DepartedWorker, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return time.Time{}, nil, err
 	}
@@ -181,7 +181,7 @@ func scanHeartbeat(r pgx.CollectableRow) (WorkerHeartbeat, error) {
 // keeps a stopping process from deleting the row of a successor that reuses
 // its client ID (a fixed --client-id) and has already beaten.
 func DeleteWorkerHeartbeat(ctx context.Context, db DB, schema, clientID string, startedAt time.Time) (bool, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return false, err
 	}
@@ -239,7 +239,7 @@ func DepartedWorkers(ctx context.Context, db DB, schema, self, selfTag string, s
 // $1 is the caller's client ID, $2 its tag, $3 the stale age in
 // milliseconds.
 func queryDeparted(ctx context.Context, db DB, schema, where string, args ...any) ([]DepartedWorker, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +281,7 @@ func queryDeparted(ctx context.Context, db DB, schema, where string, args ...any
 // ListWorkerHeartbeats returns every process's row, most recently started
 // first, with its age by the database's clock.
 func ListWorkerHeartbeats(ctx context.Context, db DB, schema string) ([]WorkerHeartbeat, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func tableErr(err error) error {
 // Cost: river_leader's single row and the heartbeat table (a row per
 // process, no index needed).
 func LeadsWithOthers(ctx context.Context, db DB, schema, clientID string, liveFor time.Duration) (bool, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return false, err
 	}

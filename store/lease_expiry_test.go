@@ -239,17 +239,7 @@ func TestReleaseRechecksUnderLock(t *testing.T) {
 	}()
 
 	// Wait until the release is blocked on the renewal's row lock.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := fftest.Count(t, pool, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%ff_attempt%'`)
-		if n > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("release never waited on the row lock")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLockWait(t, pool, "ff_attempt")
 	if err := renew.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

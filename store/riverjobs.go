@@ -138,3 +138,30 @@ func RunningJobsOf(ctx context.Context, db DB, riverSchema, clientID string, bef
 	}
 	return ids, nil
 }
+
+// KindState is a River job kind and state, as FleetJobCounts keys them.
+type KindState struct{ Kind, State string }
+
+// FleetJobCounts counts the fleet's River jobs (kinds ff.*) in riverSchema
+// by kind and state, for the metrics. Cost: river_job's rows of kinds ff.%,
+// every state (River keeps finished jobs for their retention); no index
+// narrows it, so callers read it at most once per scrape interval.
+func FleetJobCounts(ctx context.Context, db DB, riverSchema string) (map[KindState]int64, error) {
+	rows, err := db.Query(ctx, `SELECT kind, state::text, count(*) FROM `+
+		pgx.Identifier{riverSchema, "river_job"}.Sanitize()+` WHERE kind LIKE 'ff.%' GROUP BY 1, 2`)
+	if err != nil {
+		return nil, fmt.Errorf("count the fleet's River jobs: %w", err)
+	}
+	counts := map[KindState]int64{}
+	var (
+		k KindState
+		n int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&k.Kind, &k.State, &n}, func() error {
+		counts[k] = n
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("count the fleet's River jobs: %w", err)
+	}
+	return counts, nil
+}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 )
 
 // Read-only queries on River's tables for `worker status`. River's schema is
@@ -39,9 +39,31 @@ func RiverSchemaExists(ctx context.Context, db DB, schema string) (bool, error) 
 	return ok, nil
 }
 
+// CheckRiverSchema returns an error saying what to run when River's tables
+// are not in schema of db's database, naming the database it looked in: a
+// database never migrated (or the wrong one, say the server's maintenance
+// database) then fails with the fix, not with River's first query's
+// "relation does not exist". Index: none; to_regclass reads the catalog.
+func CheckRiverSchema(ctx context.Context, db DB, schema string) error {
+	table, err := riverTable(schema, "river_job")
+	if err != nil {
+		return err
+	}
+	var ok bool
+	var database string
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, current_database()`, table).Scan(&ok, &database); err != nil {
+		return fmt.Errorf("look for River's tables in schema %s: %w", schema, err)
+	}
+	if !ok {
+		return fmt.Errorf("River's tables are missing from schema %q of database %q: run `worker migrate` "+
+			"(with --river-schema %s) against it, or point --database-url at the database that has them", schema, database, schema)
+	}
+	return nil
+}
+
 // WorkerTableExists reports whether the heartbeat table is in schema.
 func WorkerTableExists(ctx context.Context, db DB, schema string) (bool, error) {
-	table, err := riverTable(schema, migrations.WorkerTableName)
+	table, err := riverTable(schema, dbnames.WorkerTable)
 	if err != nil {
 		return false, err
 	}

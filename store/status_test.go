@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,21 @@ func TestRiverStatusQueries(t *testing.T) {
 	}
 	if _, err := store.RiverSchemaExists(ctx, db.Pool, "a.b"); err == nil {
 		t.Error("RiverSchemaExists(a.b): want validation error")
+	}
+	// CheckRiverSchema: nil where River's tables are, else an error naming
+	// the schema, the database looked in and the command that fixes it.
+	if err := store.CheckRiverSchema(ctx, db.Pool, schema); err != nil {
+		t.Errorf("CheckRiverSchema(%s): %v", schema, err)
+	}
+	var dbName string
+	if err := db.Pool.QueryRow(ctx, `SELECT current_database()`).Scan(&dbName); err != nil {
+		t.Fatal(err)
+	}
+	err := store.CheckRiverSchema(ctx, db.Pool, "nowhere")
+	for _, want := range []string{`schema "nowhere"`, `database "` + dbName + `"`, "worker migrate"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckRiverSchema(nowhere) = %v; want an error containing %q", err, want)
+		}
 	}
 
 	// Jobs: three row jobs available, one scan scheduled, and one job of a

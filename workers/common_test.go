@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -160,6 +162,44 @@ var deadlineRows = []deadlineRow{
 			return !fftest.WorkerExists(t, pool, p, "default", id)
 		},
 	},
+	{
+		// No lookahead: the lookahead tests (ahead_test.go) skip it. Its
+		// rows are due once committed more than the stale threshold ago,
+		// so insert dates an event's commit that long before deadlineMs
+		// (the tests' fleets keep the default threshold).
+		r: workers.Dependency, idArg: "event_id",
+		scan: func(p int16) river.JobArgs { return jobs.DependencyScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: fftest.NewUUID(), Outcome: "success",
+				CommittedAtMs: deadlineMs - workers.DefaultDependencyStaleThreshold.Milliseconds()})
+			return strconv.FormatInt(id, 10)
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			eventID, err := strconv.ParseInt(id, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fftest.Dispatched(t, pool, p, eventID)
+		},
+	},
+}
+
+// TestDeadlineRowsCoverTheRegistry: every registered reconciler with row
+// jobs scanned by deadline has its deadlineRow, so a new reconciler cannot
+// skip the tick, busy-partition, follow-up and lookahead tests by being left
+// out of the hand list. The cancel reconcilers (rows due as soon as they
+// exist: TestBusyCancelPartitionIsSkipped) and retention (no row jobs:
+// retention_test.go) have their own tests.
+func TestDeadlineRowsCoverTheRegistry(t *testing.T) {
+	t.Parallel()
+	for _, r := range workers.All() {
+		if r.Due.Always || r.RowKind() == "" {
+			continue
+		}
+		if !slices.ContainsFunc(deadlineRows, func(d deadlineRow) bool { return d.r == r }) {
+			t.Errorf("reconciler %s has no deadlineRow", r.Name)
+		}
+	}
 }
 
 // startLookingAhead starts a fleet ticking reconciler every second with the

@@ -1,6 +1,8 @@
 package workers
 
 import (
+	"time"
+
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/store"
@@ -15,4 +17,15 @@ func RowJobOf(r *Reconciler, p int16, row store.DueRow) river.JobArgs {
 		return nil
 	}
 	return r.rowJob(p, row)
+}
+
+// StubClock has the set's ticks, scans and row jobs' waits for their
+// deadlines read fn instead of time.Now (see deps.now); nil restores
+// time.Now. Row actions keep the real clock.
+func (s *Set) StubClock(fn func() time.Time) {
+	if fn == nil {
+		s.d.clock.Store(nil)
+		return
+	}
+	s.d.clock.Store(&fn)
 }

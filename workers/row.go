@@ -71,7 +71,7 @@ func (d *deps) beforeDeadline(r *Reconciler, deadlineMs int64) error {
 	if deadlineMs <= 0 {
 		return nil
 	}
-	wait := time.Until(time.UnixMilli(deadlineMs + 1))
+	wait := time.UnixMilli(deadlineMs + 1).Sub(d.now())
 	if wait <= 0 || wait > jobs.RiverSchedulerInterval {
 		return nil
 	}

@@ -56,7 +56,7 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	c := d.stats(r)
 	partition := args.Partition
 	limit := d.cfg.BatchSize
-	nowMs := store.NowMs()
+	nowMs := d.now().UnixMilli()
 	boundMs := r.DueAt(nowMs, d.cfg) + d.lookahead(r).Milliseconds()
 	rows, err := d.due(r).Scan(ctx, d.cfg.Pool, partition, boundMs, toDueRow(args.After), limit, d.cfg.Filter)
 	if err != nil {
@@ -157,7 +157,7 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 			d.wake(at)
 		}
 	}
-	now := time.Now()
+	now := d.now()
 	for i, x := range res {
 		if x.Job != nil && x.Job.ScheduledAt.After(now) {
 			d.ahead.add(r.Name, partition, keys[i], x.Job.ScheduledAt.UnixMilli())

@@ -69,11 +69,14 @@ func TestScanRetriesItsInsertAfterADeadlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 20*time.Second, "the scan's insert waiting for the second row's job", func() (bool, string) {
+	// The scan's insert, blocked by lock (a backend of this test's database
+	// waiting on a lock the test's transaction holds).
+	fleettest.WaitFor(t, time.Minute, "the scan's insert waiting for the second row's job", func() (bool, string) {
 		var waiting bool
 		if err := db.Pool.QueryRow(ctx, `
-			SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-			                WHERE NOT l.granted AND a.pid <> $1 AND a.query ILIKE '%INSERT INTO%river_job%')`,
+			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			                WHERE datname = current_database() AND $1 = ANY (pg_blocking_pids(pid))
+			                  AND query ILIKE '%INSERT INTO%river_job%')`,
 			lockPID).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}

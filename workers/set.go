@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -299,6 +300,21 @@ type deps struct {
 	cfg Config
 	// ahead: row jobs known to be queued for a future start.
 	ahead queuedAhead
+	// clock, when set (by tests only, export_test.go), stands in for
+	// time.Now in now.
+	clock atomic.Pointer[func() time.Time]
+}
+
+// now is the process's clock as ticks, scans and a row job's wait for its
+// deadline read it: time.Now, unless a test has stubbed it (as River's
+// services take a stubbable time generator), so that a test decides when a
+// row counts as due rather than racing the wall clock. Row actions re-check
+// their rows under lock by the real clock (store.NowMs) either way.
+func (d *deps) now() time.Time {
+	if f := d.clock.Load(); f != nil {
+		return (*f)()
+	}
+	return time.Now()
 }
 
 func (d *deps) log() *slog.Logger { return d.cfg.Logger }

@@ -34,7 +34,11 @@ func (w *tickWorker[T]) Work(ctx context.Context, _ *river.Job[T]) error {
 // not yet due.
 type tickWindow struct {
 	parts []int16 // partitions holding rows due by the horizon, those already due first
-	nowMs int64   // the tick's now
+	nowMs int64   // the time rows' deadlines are compared with (Reconciler.DueAt of the tick's now)
+	// at is the tick's now, which the queue's jobs are compared with: for
+	// a reconciler whose rows are due some time after their deadline
+	// (dependency, retention) it is later than nowMs.
+	at time.Time
 	// notYetDue returns the partitions holding rows due at or after nowMs
 	// and by the horizon; nil without a lookahead.
 	notYetDue func(ctx context.Context) (map[int16]bool, error)
@@ -66,7 +70,8 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconc
 // (dueCounts), only when fanOut finds a due partition busy.
 func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
 	db, f, n, due := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg), d.due(r)
-	w := tickWindow{nowMs: r.DueAt(store.NowMs(), d.cfg)}
+	at := d.now()
+	w := tickWindow{nowMs: r.DueAt(at.UnixMilli(), d.cfg), at: at}
 	if !due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
 			return due.Counts(ctx, db, w.nowMs, parts, f)
@@ -139,7 +144,7 @@ func (d *deps) fanOut(ctx context.Context, client *river.Client[pgx.Tx], r *Reco
 		err    error
 	)
 	if r.rowKind != "" {
-		if queued, err = store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, r.rowKind, time.UnixMilli(w.nowMs)); err != nil {
+		if queued, err = store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, r.rowKind, w.at); err != nil {
 			return fail(err)
 		}
 	}

@@ -42,7 +42,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
-	f.Duration(&cfg.Fleet.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "ours: deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: off)")
+	f.Duration(&cfg.Fleet.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "ours: deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (0: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
 	f.IntAuto(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 under synchronous_commit off", "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
@@ -59,6 +59,13 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.String(&cfg.CPUProfile, "cpu-profile", "FF_BENCH_CPU_PROFILE", "", "write a Go CPU profile of each throughput run of ours to <prefix>-<reconciler>-<commit>.pprof and of each lateness run to <prefix>-lateness-<reconciler>.pprof")
 	if err := f.parse(args, stdout); err != nil {
 		return err
+	}
+	// As `worker run`: 0 turns the lookahead off (fleet.Config's negative).
+	switch {
+	case cfg.Fleet.Lookahead < 0:
+		return badUsage("--lookahead %s: must not be negative (0 turns it off)", cfg.Fleet.Lookahead)
+	case cfg.Fleet.Lookahead == 0:
+		cfg.Fleet.Lookahead = -1
 	}
 	if quick {
 		q := bench.Quick()
@@ -102,7 +109,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		return badUsage("sizes out of range: --due ≥ 256, --dependency-events ≥ 1, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
 	}
 	if dsn == "" {
-		dsn = dbconn.DefaultURL
+		dsn = dbconn.DefaultAdminURL
 	}
 	cfg.AdminURL = dsn
 	cfg.Logger = logger

@@ -21,6 +21,7 @@ type flagSet struct {
 	name    string
 	summary string
 	entries []flagEntry
+	set     map[string]bool // flags given, on the command line or in the environment
 }
 
 type flagEntry struct {
@@ -29,7 +30,7 @@ type flagEntry struct {
 }
 
 func newFlagSet(name, summary string) *flagSet {
-	f := &flagSet{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, summary: summary}
+	f := &flagSet{fs: flag.NewFlagSet(name, flag.ContinueOnError), name: name, summary: summary, set: map[string]bool{}}
 	f.fs.SetOutput(io.Discard)
 	return f
 }
@@ -75,6 +76,18 @@ func (f *flagSet) Duration(p *time.Duration, name, env string, def time.Duration
 	f.add(name, env, def.String(), help, false, (*durationValue)(p))
 }
 
+// DurationText defines a duration flag whose default is zero, shown in
+// --help as defText: "0 (off)", or what the program chooses when the flag
+// is not given (see isSet).
+func (f *flagSet) DurationText(p *time.Duration, name, env, defText, help string) {
+	*p = 0
+	f.add(name, env, defText, help, false, (*durationValue)(p))
+}
+
+// isSet reports whether the flag was given, on the command line or in its
+// environment variable.
+func (f *flagSet) isSet(name string) bool { return f.set[name] }
+
 // Strings defines a repeatable string flag; its environment variable takes a
 // comma-separated list.
 func (f *flagSet) Strings(p *[]string, name, env, help string) {
@@ -101,6 +114,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 		if err := fl.Value.Set(v); err != nil {
 			return badUsage("environment variable %s: %v", e.env, err)
 		}
+		f.set[e.name] = true
 	}
 	// Values set from the environment are defaults for a repeatable flag:
 	// the first command-line occurrence replaces them instead of appending.
@@ -114,8 +128,9 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 			f.usage(stdout)
 			return errHelp
 		}
-		return badUsage("%v (see `worker %s --help`)", err, f.name)
+		return badUsage("%s (see `worker %s --help`)", twoDashes(err), f.name)
 	}
+	f.fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	if f.fs.NArg() > 0 {
 		return badUsage("unexpected argument %q (see `worker %s --help`)", f.fs.Arg(0), f.name)
 	}
@@ -134,8 +149,9 @@ func (f *flagSet) usage(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "  --%s\t%s\t%s%s\n", e.name, e.env, e.help, def)
 	}
+	// The logging flags, read before the command's, in the same columns.
+	fmt.Fprint(tw, logFlagsHelp)
 	tw.Flush()
-	fmt.Fprint(w, logFlagsHelp)
 }
 
 type stringValue string
@@ -219,4 +235,15 @@ func (r *resettingStrings) String() string {
 func databaseURLFlag(f *flagSet, p *string) {
 	f.Secret(p, "database-url", "DATABASE_URL",
 		"PostgreSQL connection string (URL or key=value); its password is never logged")
+}
+
+// twoDashes words the flag package's parse errors, which name a flag with
+// one dash ("invalid value … for flag -lease-expiry-interval"), with the two
+// dashes --help and the README use.
+func twoDashes(err error) string {
+	msg := err.Error()
+	for _, p := range []string{"not defined: -", "for flag -", "needs an argument: -", "for -"} {
+		msg = strings.Replace(msg, p, p+"-", 1)
+	}
+	return msg
 }

@@ -1,46 +1,27 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 )
-
-// syncBuffer collects log output written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startRun runs `worker run args...` in-process until the test ends and
 // returns its HTTP address and everything it logs (at debug level).
-func startRun(t *testing.T, args ...string) (string, *syncBuffer) {
+func startRun(t *testing.T, args ...string) (string, *testlog.Buffer) {
 	t.Helper()
 	rc, err := parseRunFlags(append([]string{"--http-addr", "127.0.0.1:0"}, args...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan string, 1)

@@ -8,11 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/leasehistory"
 )
 
@@ -114,7 +114,7 @@ VALUES (gen_random_uuid()::text, 'acquired', 0, $1)`, part); err != nil {
 	insert(1) // before the command starts: not printed without --cursor
 
 	followCtx, stop := context.WithCancel(ctx)
-	var out, errb lockedBuffer
+	var out, errb testlog.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- leaseHistoryCommand(followCtx, []string{"--database-url", db.URL, "--follow", "--poll", "--poll-interval", "50ms"},
@@ -193,22 +193,4 @@ func TestLeaseHistoryBadFlags(t *testing.T) {
 			t.Errorf("help lacks %q", want)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -178,6 +178,5 @@ func envOr(name, def string) string {
 }
 
 // logFlagsHelp is appended to every command's --help.
-const logFlagsHelp = `  --log-format  FF_LOG_FORMAT  text or json (default text)
-  --log-level   FF_LOG_LEVEL   debug, info, warn or error (default info)
-`
+const logFlagsHelp = "  --log-format\tFF_LOG_FORMAT\ttext or json (default text)\n" +
+	"  --log-level\tFF_LOG_LEVEL\tdebug, info, warn or error (default info)\n"

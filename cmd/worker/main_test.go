@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/workers"
@@ -38,18 +39,18 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		want string
 	}{
 		{"UnknownCommand", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{"UnknownFlag", []string{"run", "--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
-		{"BadDuration", []string{"run", "--lease-expiry-interval", "soon"}, 2, `"soon" is not a duration`},
-		{"ZeroInterval", []string{"run", "--lease-expiry-interval", "0s"}, 2, "--lease-expiry-interval must be positive"},
-		{"NegativeInterval", []string{"run", "--suspension-timeout-interval", "-1s"}, 2, "--suspension-timeout-interval must be positive"},
-		{"SubSecondInterval", []string{"run", "--lease-expiry-interval", "200ms"}, 2, "too short (minimum 1s)"},
-		{"PartitionCount", []string{"run", "--partition-count", "300"}, 2, "partition count 300 is out of range 1..256"},
-		{"BatchSize", []string{"run", "--batch-size", "0"}, 2, "--batch-size must be at least 1, got 0"},
-		{"BatchSizeTooLarge", []string{"run", "--batch-size", "10001"}, 2, "batch size 10001 is out of range 1..10000"},
+		{"UnknownFlag", []string{"run", "--no-such-flag"}, 2, "flag provided but not defined: --no-such-flag"},
+		{"BadDuration", []string{"run", "--lease-expiry-interval", "soon"}, 2, `invalid value "soon" for flag --lease-expiry-interval: "soon" is not a duration`},
+		{"ZeroInterval", []string{"run", "--lease-expiry-interval", "0s"}, 2, "--lease-expiry-interval 0s: must be positive"},
+		{"NegativeInterval", []string{"run", "--suspension-timeout-interval", "-1s"}, 2, "--suspension-timeout-interval -1s: must be positive"},
+		{"SubSecondInterval", []string{"run", "--lease-expiry-interval", "200ms"}, 2, "--lease-expiry-interval 200ms: interval too short (minimum 1s)"},
+		{"PartitionCount", []string{"run", "--partition-count", "300"}, 2, "--partition-count 300: out of range 1..256"},
+		{"BatchSize", []string{"run", "--batch-size", "0"}, 2, "--batch-size 0: must be at least 1"},
+		{"BatchSizeTooLarge", []string{"run", "--batch-size", "10001"}, 2, "--batch-size 10001: out of range 1..10000"},
 		{"InstanceTagWithoutEquals", []string{"run", "--instance-tag", "cairn.instance_id"}, 2, "want KEY=VALUE"},
 		{"UnknownReconciler", []string{"run", "--reconcilers", "lease_expiry,nope"}, 2, `unknown reconciler "nope"`},
-		{"RowBatchOutOfRange", []string{"run", "--row-batch", "5000"}, 2, "row batch 5000 is out of range 1..1000"},
-		{"LookaheadTooLong", []string{"run", "--lookahead", "6s"}, 2, "lookahead 6s is too long (at most 5s; negative turns it off)"},
+		{"RowBatchOutOfRange", []string{"run", "--row-batch", "5000"}, 2, "--row-batch 5000: out of range 1..1000"},
+		{"LookaheadTooLong", []string{"run", "--lookahead", "6s"}, 2, "--lookahead 6s: too long (at most 5s)"},
 		{"BenchUnknownReconciler", []string{"bench", "--reconciler", "promote"}, 2, `unknown reconciler "promote"`},
 		{"BenchUnknownCommit", []string{"bench", "--commit", "sometimes"}, 2, `unknown --commit "sometimes"`},
 		{"BenchBadLead", []string{"bench", "--lateness-lead", "1s,soon"}, 2, `bad --lateness-lead "soon" (want a duration above 0 and at most 1m, e.g. 1s)`},
@@ -57,19 +58,28 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"BadLogLevel", []string{"run", "--log-level", "loud"}, 2, `log level "loud"`},
 		{"UnreachableDatabase", []string{"migrate", "--database-url", "postgres://u:sekret@127.0.0.1:1/x?connect_timeout=2"}, 1, "cannot reach database postgres://u:xxxxx@127.0.0.1:1/x"},
 		{"MalformedURL", []string{"run", "--database-url", "postgres://u:sekret@[::1"}, 2, "invalid database URL postgres://u:xxxxx@"},
-		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "reconciler retention needs a retention (--retention, e.g. 24h)"},
-		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention must not be negative"},
-		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "retention 500ms is too short (minimum 1s; 0 turns it off)"},
-		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "outbox retention 10ms is too short"},
-		{"SubSecondReindexInterval", []string{"run", "--river-reindex-interval", "10ms"}, 2, "river reindex interval 10ms is too short (minimum 1s; 0 keeps River's daily reindex)"},
-		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "river reindex interval -1h0m0s is too short"},
+		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "--reconcilers retention: needs a retention (--retention, e.g. 24h)"},
+		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention -1h0m0s: must not be negative (0 turns it off)"},
+		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "--retention 500ms: too short (minimum 1s; 0 turns it off)"},
+		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "--outbox-retention 10ms: too short"},
+		{"SubSecondReindexInterval", []string{"run", "--river-reindex-interval", "10ms"}, 2, "--river-reindex-interval 10ms: too short (minimum 1s)"},
+		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "--river-reindex-interval -1h0m0s: must be positive"},
 		// A tenant's fleet would trim every tenant's outbox events: refused,
 		// naming where to run it instead.
 		{"OutboxRetentionWithNamespace", []string{"run", "--namespace", "acme", "--outbox-retention", "1h"}, 2,
-			"outbox retention cannot run in a fleet with a tenant filter (namespace acme): the lease and completion outboxes are shared by every tenant"},
+			"--outbox-retention 1h0m0s: cannot run in a fleet with a tenant filter (namespace acme): the lease and completion outboxes are shared by every tenant"},
 		{"OutboxRetentionWithInstanceTag", []string{"run", "--instance-tag", "cairn.instance_id=i-1", "--outbox-retention", "1h"}, 2,
 			"run --outbox-retention in one fleet without --namespace and --instance-tag"},
-		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval must be positive"},
+		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval 0s: must be positive"},
+		// Zero means what it says: refused where the setting cannot be off
+		// (it once silently became the default).
+		{"ZeroCompletedJobRetention", []string{"run", "--completed-job-retention", "0"}, 2, "--completed-job-retention 0s: must be positive"},
+		{"ZeroRescueStuckJobsAfter", []string{"run", "--rescue-stuck-jobs-after", "0"}, 2, "--rescue-stuck-jobs-after 0s: must be positive"},
+		{"ZeroRowFetchCooldown", []string{"run", "--row-fetch-cooldown", "0"}, 2, "--row-fetch-cooldown 0s: must be positive"},
+		{"ZeroReindexInterval", []string{"run", "--river-reindex-interval", "0"}, 2, "--river-reindex-interval 0s: must be positive"},
+		{"ZeroRowStatements", []string{"run", "--row-statements", "0"}, 2, "--row-statements 0: must be at least 1"},
+		{"NegativeLookahead", []string{"run", "--lookahead", "-1s"}, 2, "--lookahead -1s: must not be negative (0 turns it off)"},
+		{"RowFetchCooldownBelowRiver", []string{"run", "--row-fetch-cooldown", "100us"}, 2, "--row-fetch-cooldown 100µs: below River's minimum"},
 		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention must not be negative"},
 	}
 	for _, tt := range tests {
@@ -364,6 +374,39 @@ func TestFilteredRunNamesReconcilersActingOnEveryTenant(t *testing.T) {
 				t.Errorf("logged %d lines about reconcilers acting on every tenant; want one:\n%s", len(lines), buf.String())
 			case tt.want != "" && (lines[0]["reconcilers"] != tt.want || lines[0]["level"] != "WARN"):
 				t.Errorf("logged %v; want a warning naming %s", lines[0], tt.want)
+			}
+		})
+	}
+}
+
+// TestZeroTurnsOffWhatCanBeOff: on the command line 0 turns off the settings
+// that can be off, and reaches fleet.Config as its "off" (negative for the
+// fields whose zero means the default), and an unset flag keeps the default
+// --help shows. A regression shows as --lookahead 0 running with the
+// default lookahead (it once did: fleet.Config read the 0 as "unset").
+func TestZeroTurnsOffWhatCanBeOff(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	tests := []struct {
+		name  string
+		args  []string
+		check func(c fleet.Config) bool
+		want  string
+	}{
+		{"LookaheadOff", []string{"--lookahead", "0"}, func(c fleet.Config) bool { return c.WithDefaults().Lookahead < 0 }, "negative (off)"},
+		{"LookaheadDefault", nil, func(c fleet.Config) bool { return c.WithDefaults().Lookahead == fleet.DefaultLookahead }, "the default"},
+		{"DependencyStaleThresholdOff", []string{"--dependency-stale-threshold", "0"}, func(c fleet.Config) bool { return c.WithDefaults().DependencyStaleThreshold < 0 }, "negative (none)"},
+		{"RetentionOff", []string{"--retention", "0"}, func(c fleet.Config) bool { return c.WithDefaults().Retention == 0 }, "0 (off)"},
+		{"ReindexIntervalUnset", nil, func(c fleet.Config) bool { return c.WithDefaults().ReindexInterval == 0 }, "0 (River's)"},
+		{"RowStatementsUnset", nil, func(c fleet.Config) bool { return c.WithDefaults().RowStatements == workers.DefaultRowStatements }, "the default"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc, err := parseRunFlags(tt.args, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(rc.fleet) {
+				t.Fatalf("%v: fleet.Config %+v; want %s", tt.args, rc.fleet.WithDefaults(), tt.want)
 			}
 		})
 	}

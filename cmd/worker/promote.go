@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
+	"github.com/flowfabric/ffreconcile/store"
 )
 
 // promoteConfig is what `worker promote` is configured with.
@@ -128,12 +129,8 @@ func promoteCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *
 	}
 	defer pool.Close()
 
-	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass(quote_ident($1) || '.river_job') IS NOT NULL`, pc.riverSchema).Scan(&ok); err != nil {
-		return fmt.Errorf("check River schema: %w", dbconn.Scrub(err, pc.databaseURL))
-	}
-	if !ok {
-		return fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", pc.riverSchema, pc.riverSchema)
+	if err := store.CheckRiverSchema(ctx, pool, pc.riverSchema); err != nil {
+		return dbconn.Scrub(err, pc.databaseURL)
 	}
 
 	// Insert-only: no workers and no queues, so this client never fetches

@@ -40,7 +40,9 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		intervals   = map[string]*time.Duration{}
 	)
 	fc := &rc.fleet
-	f := newFlagSet("run", "Run the FlowFabric reconcilers as River workers. Serves River UI at /riverui/, /healthz, /readyz and /stats.\nRun as many identical processes as you like against one database: River elects one leader to tick.")
+	f := newFlagSet("run", "Run the FlowFabric reconcilers as River workers. Serves River UI at /riverui/, /healthz, /readyz and /stats.\nRun as many identical processes as you like against one database: River elects one leader to tick.\n"+
+		"A value means what it says: 0 turns off the settings that can be off (--retention, --outbox-retention, --lookahead,\n"+
+		"--dependency-stale-threshold) and is refused for the others; negative values are refused; an unset flag takes its default.")
 	databaseURLFlag(f, &fc.DatabaseURL)
 	f.String(&fc.RiverSchema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&rc.httpAddr, "http-addr", "FF_HTTP_ADDR", "127.0.0.1:8080", "address for River UI and health endpoints (empty disables HTTP)")
@@ -55,8 +57,8 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		f.Duration(d, intervalFlag(r), "FF_"+strings.ToUpper(r.Name)+"_INTERVAL", r.Interval,
 			strings.ReplaceAll(r.Name, "_", " ")+" tick interval")
 	}
-	f.Duration(&fc.Retention, "retention", "FF_RETENTION", 0, "delete terminal executions with all their rows once they ended this long ago, e.g. 24h (default 0: off)")
-	f.Duration(&fc.OutboxRetention, "outbox-retention", "FF_OUTBOX_RETENTION", 0, "delete lease events, and dispatched completion events, older than this, e.g. 168h, every tenant's alike: refused with --namespace or --instance-tag (default 0: off)")
+	f.DurationText(&fc.Retention, "retention", "FF_RETENTION", "0: off", "delete terminal executions with all their rows once they ended this long ago, e.g. 24h")
+	f.DurationText(&fc.OutboxRetention, "outbox-retention", "FF_OUTBOX_RETENTION", "0: off", "delete lease events, and dispatched completion events, older than this, e.g. 168h, every tenant's alike: refused with --namespace or --instance-tag")
 	f.Duration(&fc.OutboxRetentionInterval, "outbox-retention-interval", "FF_OUTBOX_RETENTION_INTERVAL", workers.OutboxRetentionInterval, "outbox trim interval")
 	f.Int(&fc.BatchSize, "batch-size", "FF_BATCH_SIZE", workers.DefaultBatchSize, "most due rows one partition scan enqueues (a full batch continues itself)")
 	f.Int(&fc.PartitionCount, "partition-count", "FF_PARTITION_COUNT", jobs.PartitionCount, "flow partitions to scan, 0..N-1 (FlowFabric's num_flow_partitions)")
@@ -72,10 +74,10 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Duration(&fc.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "least time between two fetches of row jobs")
 	f.Duration(&fc.DependencyStaleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold,
 		"dependency dispatches completion events undispatched this long after their commit, as FlowFabric's supervisor does (0: at once, woken by FlowFabric's ff_completion notification: the fleet is the primary dispatcher)")
-	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (negative: only rows already due)")
+	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (0: only rows already due)")
 	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll; jobs waiting for their time are woken by the fleet itself, except with --poll-only")
 	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
-	f.Duration(&fc.ReindexInterval, "river-reindex-interval", "FF_RIVER_REINDEX_INTERVAL", 0, "how often River rebuilds river_job's indexes, whose GIN indexes grow with every job inserted (0: River's default, daily at midnight UTC)")
+	f.DurationText(&fc.ReindexInterval, "river-reindex-interval", "FF_RIVER_REINDEX_INTERVAL", "River's, daily at midnight UTC", "how often River rebuilds river_job's indexes, whose GIN indexes grow with every job inserted")
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")
 	f.Duration(&rc.shutdownTimeout, "shutdown-timeout", "FF_SHUTDOWN_TIMEOUT", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are cancelled")
 	f.String(&fc.ClientID, "client-id", "FF_CLIENT_ID", "", "name of this process in River (default: derived from the host name)")
@@ -106,48 +108,72 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 			reconcilers = append(reconcilers, r.Name)
 		}
 	}
+	// The command line's convention (--help, README "Settings"): a value
+	// means what it says. 0 turns off the settings that can be off and is
+	// refused for the others; negative values are refused. fleet.Config
+	// reads zero as "the default" and negative as "off", so the values are
+	// checked and translated here.
 	for _, c := range []struct {
 		flag string
+		d    *time.Duration
+	}{{"retention", &fc.Retention}, {"outbox-retention", &fc.OutboxRetention},
+		{"lookahead", &fc.Lookahead}, {"dependency-stale-threshold", &fc.DependencyStaleThreshold}} {
+		switch {
+		case *c.d < 0:
+			return nil, badUsage("--%s %s: must not be negative (0 turns it off)", c.flag, *c.d)
+		case *c.d == 0 && c.flag != "retention" && c.flag != "outbox-retention":
+			*c.d = -1 // fleet.Config's "off"
+		}
+	}
+	positive := []struct {
+		flag string
 		d    time.Duration
-	}{{"retention", fc.Retention}, {"outbox-retention", fc.OutboxRetention}} {
-		if c.d < 0 {
-			return nil, badUsage("--%s must not be negative, got %s (0 turns it off)", c.flag, c.d)
-		}
-	}
-	switch {
-	case fc.DependencyStaleThreshold < 0:
-		return nil, badUsage("--dependency-stale-threshold must not be negative, got %s (0: dispatch at once)", fc.DependencyStaleThreshold)
-	case fc.DependencyStaleThreshold == 0:
-		fc.DependencyStaleThreshold = -1 // fleet.Config's "none"
-	}
-	if fc.OutboxRetentionInterval <= 0 {
-		return nil, badUsage("--outbox-retention-interval must be positive, got %s", fc.OutboxRetentionInterval)
-	}
-	fc.Reconcilers = map[string]time.Duration{}
-	for _, name := range reconcilers {
-		if _, ok := workers.ByName(name); !ok {
-			return nil, badUsage("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
-		}
-		fc.Reconcilers[name] = *intervals[name]
+	}{{"outbox-retention-interval", fc.OutboxRetentionInterval}, {"shutdown-timeout", rc.shutdownTimeout},
+		{"row-fetch-cooldown", fc.RowFetchCooldown}, {"fetch-poll-interval", fc.FetchPollInterval},
+		{"completed-job-retention", fc.CompletedJobRetention}, {"rescue-stuck-jobs-after", fc.RescueStuckJobsAfter}}
+	if f.isSet("river-reindex-interval") {
+		positive = append(positive, struct {
+			flag string
+			d    time.Duration
+		}{"river-reindex-interval", fc.ReindexInterval})
 	}
 	for _, r := range workers.All() {
-		if d := *intervals[r.Name]; d <= 0 {
-			return nil, badUsage("--%s must be positive, got %s", intervalFlag(r), d)
+		positive = append(positive, struct {
+			flag string
+			d    time.Duration
+		}{intervalFlag(r), *intervals[r.Name]})
+	}
+	for _, c := range positive {
+		if c.d <= 0 {
+			return nil, badUsage("--%s %s: must be positive", c.flag, c.d)
 		}
 	}
-	// fleet.Config takes zero for "the default"; on the command line it is
-	// a mistake (the flags' own defaults are the real ones).
-	for _, c := range []struct {
+	counts := []struct {
 		flag string
 		v    int
 	}{{"batch-size", fc.BatchSize}, {"partition-count", fc.PartitionCount}, {"budget-partition-count", fc.BudgetPartitionCount}, {"row-workers", fc.RowWorkers},
-		{"work-conns", fc.WorkConns}, {"row-batch", fc.RowBatch}} {
-		if c.v == 0 {
-			return nil, badUsage("--%s must be at least 1, got 0", c.flag)
+		{"work-conns", fc.WorkConns}, {"row-batch", fc.RowBatch}}
+	if f.isSet("row-statements") {
+		counts = append(counts, struct {
+			flag string
+			v    int
+		}{"row-statements", fc.RowStatements})
+	}
+	for _, c := range counts {
+		if c.v < 1 {
+			return nil, badUsage("--%s %d: must be at least 1", c.flag, c.v)
 		}
 	}
-	if rc.shutdownTimeout <= 0 {
-		return nil, badUsage("--shutdown-timeout must be positive, got %s", rc.shutdownTimeout)
+	fc.Reconcilers = map[string]time.Duration{}
+	for _, name := range reconcilers {
+		r, ok := workers.ByName(name)
+		if !ok {
+			return nil, badUsage("--reconcilers: unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+		}
+		if r.Retained && fc.Retention == 0 {
+			return nil, badUsage("--reconcilers %s: needs a retention (--retention, e.g. 24h): how long an execution stays after it ends", name)
+		}
+		fc.Reconcilers[name] = *intervals[name]
 	}
 	if fc.DatabaseURL == "" {
 		fc.DatabaseURL = dbconn.DefaultURL
@@ -156,7 +182,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 		return nil, usageError{err}
 	}
 	if err := fc.Validate(); err != nil {
-		return nil, usageError{err}
+		return nil, usageError{flagError(err, intervals)}
 	}
 	return &rc, nil
 }
@@ -274,6 +300,43 @@ func enabledList(m map[string]time.Duration) string {
 }
 
 // intervalFlag is the name of r's interval flag, e.g. lease-expiry-interval.
+// configFlags are the flags of fleet.Config's fields, for flagError.
+var configFlags = map[string]string{
+	"RiverSchema": "river-schema", "BatchSize": "batch-size", "PartitionCount": "partition-count",
+	"BudgetPartitionCount": "budget-partition-count", "RowBatch": "row-batch", "RowStatements": "row-statements",
+	"RowWorkers": "row-workers", "WorkConns": "work-conns", "SynchronousCommit": "synchronous-commit",
+	"RiverSynchronousCommit": "river-synchronous-commit", "RowFetchCooldown": "row-fetch-cooldown",
+	"FetchPollInterval": "fetch-poll-interval", "Lookahead": "lookahead", "ReindexInterval": "river-reindex-interval",
+	"CompletedJobRetention": "completed-job-retention", "RescueStuckJobsAfter": "rescue-stuck-jobs-after",
+	"Filter.TagValue": "instance-tag", "Retention": "retention", "OutboxRetention": "outbox-retention",
+	"OutboxRetentionInterval": "outbox-retention-interval",
+}
+
+// flagError words a fleet.ConfigError, which names a Go field, under the
+// field's flag, as the user gave it; other errors are returned as they are.
+func flagError(err error, intervals map[string]*time.Duration) error {
+	var ce *fleet.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	flagName, ok := configFlags[ce.Field]
+	if name, isInterval := strings.CutPrefix(ce.Field, "Reconcilers["); isInterval {
+		if r, known := workers.ByName(strings.TrimSuffix(name, "]")); known {
+			flagName, ok = intervalFlag(r), true
+		}
+	}
+	if !ok {
+		return err
+	}
+	// Problems word the Go fields' conventions ("negative turns it off",
+	// "0 keeps River's…"); the flags' are in --help.
+	problem := ce.Problem
+	for _, goOnly := range []string{"; negative turns it off)", "; 0 keeps River's daily reindex)"} {
+		problem = strings.Replace(problem, goOnly, ")", 1)
+	}
+	return fmt.Errorf("--%s %s: %s", flagName, ce.Value, problem)
+}
+
 func intervalFlag(r *workers.Reconciler) string {
 	return strings.ReplaceAll(r.Name, "_", "-") + "-interval"
 }

@@ -129,7 +129,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
 	f.String(&filter.Namespace, "namespace", "FF_NAMESPACE", "", "only count executions of this namespace (raw_fields.namespace), as `worker run` does")
 	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY is the string VALUE, given as KEY=VALUE")
-	f.Duration(&retention, "retention", "FF_RETENTION", 0, "count terminal executions older than this as due for retention, as `worker run --retention` does (default 0: retention not shown)")
+	f.DurationText(&retention, "retention", "FF_RETENTION", "0: retention not shown", "count terminal executions older than this as due for retention, as `worker run --retention` does")
 	f.Duration(&staleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold, "count completion events undispatched for longer than this as due for dependency, as `worker run` does (0: every undispatched event)")
 	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
 		"the reconcilers the fleet runs, as given to `worker run` (default all; retention only with --retention): shown, and deciding which of lease_expiry's and attempt_timeout's rows each takes")
@@ -226,12 +226,8 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 // schema checks come first so that a database that was never migrated fails
 // with what to run, not with the first query's "relation does not exist".
 func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, running workers.Running, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
-	ok, err := store.RiverSchemaExists(ctx, db, schema)
-	if err != nil {
+	if err := store.CheckRiverSchema(ctx, db, schema); err != nil {
 		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
 	}
 	if err := migrations.Check(ctx, db); err != nil {
 		return nil, err
@@ -273,7 +269,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 		rep.Due = append(rep.Due, d)
 	}
 
-	queues := []string{jobs.QueueTicks, jobs.QueueControl, jobs.QueueRows}
+	queues := jobs.Queues
 	depth, err := store.RiverQueueDepth(ctx, db, schema, queues)
 	if err != nil {
 		return nil, err

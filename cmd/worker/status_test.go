@@ -111,8 +111,8 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 				t.Errorf("%s: %+v; want %d due", name, got, want)
 			}
 		}
-		if len(rep.Queues) != 3 {
-			t.Fatalf("queues %+v; want ff_ticks, ff_control and ff_rows", rep.Queues)
+		if len(rep.Queues) != 4 || rep.Queues[3].Queue != jobs.QueueRetention {
+			t.Fatalf("queues %+v; want ff_ticks, ff_control, ff_rows and ff_retention", rep.Queues)
 		}
 		for _, q := range rep.Queues {
 			if len(q.States) != len(riverStates()) {

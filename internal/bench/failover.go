@@ -125,8 +125,9 @@ func (e *env) runArgs(clientID string, takeover bool) []string {
 	if fc.RowFetchCooldown != 0 {
 		args = append(args, "--row-fetch-cooldown", fc.RowFetchCooldown.String())
 	}
+	// fleet.Config's negative lookahead (off) is the command line's 0.
 	if fc.Lookahead != 0 {
-		args = append(args, "--lookahead", fc.Lookahead.String())
+		args = append(args, "--lookahead", max(fc.Lookahead, 0).String())
 	}
 	if fc.DisableJobLogs {
 		args = append(args, "--no-job-logs")

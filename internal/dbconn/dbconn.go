@@ -16,10 +16,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// DefaultURL is used when no database URL is configured: the local server
-// that `make run` starts or finds, over loopback, where TLS would only cost
-// CPU on both ends (see scripts/ensure-postgres.sh).
-const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+// DefaultURL is used when no database URL is configured: the ffreconcile
+// database of the local server that `make run` starts or finds and works in
+// (one default for the binary and the Makefile, so a bare `worker migrate`
+// never installs River's tables into the server's maintenance database),
+// over loopback, where TLS would only cost CPU on both ends (see
+// scripts/ensure-postgres.sh).
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/ffreconcile?sslmode=disable"
+
+// DefaultAdminURL is the same server's maintenance database, for what
+// creates and drops databases of its own (tests, benchmarks).
+const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// missingDatabaseHint is added to a connection error whose database does not
+// exist, with the commands that create it.
+const missingDatabaseHint = "; create it with `worker migrate --create-database` (`make run` does)"
 
 var urlPasswordRE = regexp.MustCompile(`(://[^:/@\s]*:)[^@\s]*@`)
 
@@ -127,7 +138,11 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach database %s: %w", Redact(dsn), Scrub(fold(err), dsn))
+		hint := ""
+		if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+			hint = missingDatabaseHint
+		}
+		return nil, fmt.Errorf("cannot reach database %s: %w%s", Redact(dsn), Scrub(fold(err), dsn), hint)
 	}
 	return pool, nil
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -387,4 +388,25 @@ func PendingCancelExists(t testing.TB, db store.DB, partition int16, flowID, dow
 	t.Helper()
 	return Count(t, db, `SELECT count(*) FROM ff_pending_cancel_groups
 		 WHERE partition_key = $1 AND flow_id = $2 AND downstream_eid = $3`, partition, flowID, downstreamEID) > 0
+}
+
+// WaitForLockWait waits, for up to a minute, until a backend of db's own
+// database waits on a lock while running a statement whose text contains
+// pattern (ILIKE, so % matches anything). Tests of a row action racing a
+// holder of its row use it to know the action is blocked before the holder
+// commits. It names the database because the suite runs tests side by side
+// on one server: a lock wait in another test's database would release the
+// wait early, and the test then passes without the race it is named for, or
+// fails by chance.
+func WaitForLockWait(t testing.TB, db store.DB, pattern string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for Count(t, db, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid()
+			  AND wait_event_type = 'Lock' AND query ILIKE '%' || $1 || '%'`, pattern) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement matching %q in this test's database ever waited on a lock", pattern)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -9,10 +9,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -293,79 +293,100 @@ func (c Config) WithDefaults() Config {
 // bad flags before it connects.
 func (c Config) Validate() error { return c.WithDefaults().validate() }
 
-// validate checks a config whose defaults are applied.
+// ConfigError is an unusable setting of a Config. Field names the Config
+// field as a Go caller writes it ("BatchSize", "Reconcilers[lease_expiry]"),
+// Value is its value and Problem says what is wrong and what is accepted.
+// cmd/worker reports it under the field's flag instead.
+type ConfigError struct {
+	Field, Value, Problem string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("fleet.Config.%s %s: %s", e.Field, e.Value, e.Problem)
+}
+
+// bad returns a ConfigError for field holding v.
+func bad(field string, v any, format string, args ...any) error {
+	return &ConfigError{Field: field, Value: fmt.Sprint(v), Problem: fmt.Sprintf(format, args...)}
+}
+
+// validate checks a config whose defaults are applied. Its errors name Go
+// fields (ConfigError), since a Go caller wrote them.
 func (c Config) validate() error {
 	if err := migrations.ValidateSchemaName(c.RiverSchema); err != nil {
-		return err
+		return bad("RiverSchema", fmt.Sprintf("%q", c.RiverSchema), "%v", err)
 	}
 	for _, r := range []struct {
-		what      string
+		field     string
 		v, lo, hi int
 	}{
-		{"batch size", c.BatchSize, 1, 10000},
-		{"partition count", c.PartitionCount, 1, jobs.PartitionCount},
-		{"budget partition count", c.BudgetPartitionCount, 1, jobs.PartitionCount},
-		{"row batch", c.RowBatch, 1, 1000},
-		{"row statements", c.RowStatements, 1, 1000},
-		{"row workers", c.RowWorkers, 1, 10000},
-		{"work connections", c.WorkConns, 2, 1000},
+		{"BatchSize", c.BatchSize, 1, 10000},
+		{"PartitionCount", c.PartitionCount, 1, jobs.PartitionCount},
+		{"BudgetPartitionCount", c.BudgetPartitionCount, 1, jobs.PartitionCount},
+		{"RowBatch", c.RowBatch, 1, 1000},
+		{"RowStatements", c.RowStatements, 1, 1000},
+		{"RowWorkers", c.RowWorkers, 1, 10000},
+		{"WorkConns", c.WorkConns, 2, 1000},
 	} {
 		if r.v < r.lo || r.v > r.hi {
-			return fmt.Errorf("%s %d is out of range %d..%d", r.what, r.v, r.lo, r.hi)
+			return bad(r.field, r.v, "out of range %d..%d", r.lo, r.hi)
 		}
 	}
-	for _, v := range []string{c.SynchronousCommit, c.RiverSynchronousCommit} {
-		switch v {
+	for _, v := range []struct{ field, v string }{{"SynchronousCommit", c.SynchronousCommit}, {"RiverSynchronousCommit", c.RiverSynchronousCommit}} {
+		switch v.v {
 		case "on", "off", "local", "remote_write", "remote_apply":
 		default:
-			return fmt.Errorf("synchronous commit %q: want on, off, local, remote_write or remote_apply", v)
+			return bad(v.field, fmt.Sprintf("%q", v.v), "want on, off, local, remote_write or remote_apply")
 		}
 	}
 	if c.RowFetchCooldown < river.FetchCooldownMin {
-		return fmt.Errorf("row fetch cooldown %s is below River's minimum %s", c.RowFetchCooldown, river.FetchCooldownMin)
+		return bad("RowFetchCooldown", c.RowFetchCooldown, "below River's minimum %s", river.FetchCooldownMin)
 	}
 	if c.FetchPollInterval < river.FetchPollIntervalMin || c.FetchPollInterval < c.RowFetchCooldown {
-		return fmt.Errorf("fetch poll interval %s must be at least %s and at least the fetch cooldown", c.FetchPollInterval, river.FetchPollIntervalMin)
+		return bad("FetchPollInterval", c.FetchPollInterval, "must be at least %s and at least the row fetch cooldown (%s)",
+			river.FetchPollIntervalMin, c.RowFetchCooldown)
 	}
 	if c.Lookahead > jobs.RiverSchedulerInterval {
-		return fmt.Errorf("lookahead %s is too long (at most %s; negative turns it off)", c.Lookahead, jobs.RiverSchedulerInterval)
+		return bad("Lookahead", c.Lookahead, "too long (at most %s; negative turns it off)", jobs.RiverSchedulerInterval)
 	}
 	if c.ReindexInterval < 0 || (c.ReindexInterval > 0 && c.ReindexInterval < time.Second) {
-		return fmt.Errorf("river reindex interval %s is too short (minimum 1s; 0 keeps River's daily reindex)", c.ReindexInterval)
+		return bad("ReindexInterval", c.ReindexInterval, "too short (minimum 1s; 0 keeps River's daily reindex)")
 	}
 	if c.CompletedJobRetention < time.Second {
-		return fmt.Errorf("completed job retention %s is too short (minimum 1s)", c.CompletedJobRetention)
+		return bad("CompletedJobRetention", c.CompletedJobRetention, "too short (minimum 1s)")
 	}
 	if c.RescueStuckJobsAfter <= workers.ScanTimeout {
-		return fmt.Errorf("rescue-stuck-jobs-after %s must exceed the longest job timeout (%s)", c.RescueStuckJobsAfter, workers.ScanTimeout)
+		return bad("RescueStuckJobsAfter", c.RescueStuckJobsAfter, "must exceed the longest job timeout (%s)", workers.ScanTimeout)
 	}
 	if c.Filter.TagKey == "" && c.Filter.TagValue != "" {
-		return errors.New("instance tag value given without a key")
+		return bad("Filter.TagValue", fmt.Sprintf("%q", c.Filter.TagValue), "given without a Filter.TagKey")
 	}
 	for _, r := range []struct {
-		what string
-		d    time.Duration
-	}{{"retention", c.Retention}, {"outbox retention", c.OutboxRetention}} {
+		field string
+		d     time.Duration
+	}{{"Retention", c.Retention}, {"OutboxRetention", c.OutboxRetention}} {
 		if r.d != 0 && r.d < MinRetention {
-			return fmt.Errorf("%s %s is too short (minimum %s; 0 turns it off)", r.what, r.d, MinRetention)
+			return bad(r.field, r.d, "too short (minimum %s; 0 turns it off)", MinRetention)
 		}
 	}
 	if c.OutboxRetention > 0 && !c.Filter.Empty() {
-		return fmt.Errorf("outbox retention cannot run in a fleet with a tenant filter (%s): %s", c.Filter, workers.ErrOutboxTrimFiltered)
+		return bad("OutboxRetention", c.OutboxRetention, "cannot run in a fleet with a tenant filter (%s): %s", c.Filter, workers.ErrOutboxTrimFiltered)
 	}
 	if c.OutboxRetentionInterval < periodic.MinInterval {
-		return fmt.Errorf("outbox retention interval %s is too short (minimum %s)", c.OutboxRetentionInterval, periodic.MinInterval)
+		return bad("OutboxRetentionInterval", c.OutboxRetentionInterval, "too short (minimum %s)", periodic.MinInterval)
 	}
-	for name, interval := range c.Reconcilers {
+	for _, name := range slices.Sorted(maps.Keys(c.Reconcilers)) {
+		interval := c.Reconcilers[name]
 		r, ok := workers.ByName(name)
+		field := "Reconcilers[" + name + "]"
 		if !ok {
-			return fmt.Errorf("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+			return bad(field, interval, "unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
 		}
 		if r.Retained && c.Retention <= 0 {
-			return fmt.Errorf("reconciler %s needs a retention (--retention, e.g. 24h): how long an execution stays after it ends", name)
+			return bad(field, interval, "reconciler %s needs a Retention: how long an execution stays after it ends", name)
 		}
 		if interval < periodic.MinInterval {
-			return fmt.Errorf("%s interval %s is too short (minimum %s)", name, interval, periodic.MinInterval)
+			return bad(field, interval, "interval too short (minimum %s)", periodic.MinInterval)
 		}
 	}
 	return nil
@@ -516,7 +537,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			return err
 		}
 	}
-	if err := checkRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
+	if err := store.CheckRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
 	// Other services enqueue promotions through it; one older than this
@@ -703,19 +724,6 @@ func takeoverMetrics(taker *takeover.Taker) []prometheus.Collector {
 		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "discarded"}, func(c takeover.Counts) int64 { return c.Discarded }),
 		counter("takeover_jobs_total", jobsHelp, prometheus.Labels{"outcome": "cancelled"}, func(c takeover.Counts) int64 { return c.Cancelled }),
 	}
-}
-
-// checkRiverSchema fails clearly when River's tables are not migrated in
-// schema, instead of River failing on its first query.
-func checkRiverSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass(quote_ident($1) || '.river_job') IS NOT NULL`, schema).Scan(&ok); err != nil {
-		return fmt.Errorf("check River schema: %w", err)
-	}
-	if !ok {
-		return fmt.Errorf("River's tables are missing from schema %q; run `worker migrate` (with --river-schema %s)", schema, schema)
-	}
-	return nil
 }
 
 // RecommendedMaxLocks is FlowFabric's recommended max_locks_per_transaction.

@@ -2,8 +2,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -116,6 +118,37 @@ func TestServerWarnings(t *testing.T) {
 				if !strings.Contains(got[i].msg, w) {
 					t.Errorf("warning %d %q; want it about %q", i, got[i].msg, w)
 				}
+			}
+		})
+	}
+}
+
+// TestConfigErrorsNameGoFields: an unusable Config is refused with a
+// *ConfigError naming the field as a Go caller wrote it (cmd/worker words it
+// under the flag); a regression shows as a flag name or a loose phrase ("batch
+// size") in the error a Go caller reads.
+func TestConfigErrorsNameGoFields(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		cfg   Config
+		field string
+		want  string
+	}{
+		{"BatchSize", Config{BatchSize: -1}, "BatchSize", "fleet.Config.BatchSize -1: out of range 1..10000"},
+		{"Lookahead", Config{Lookahead: time.Minute}, "Lookahead", "fleet.Config.Lookahead 1m0s: too long (at most 5s; negative turns it off)"},
+		{"CompletedJobRetention", Config{CompletedJobRetention: -1}, "CompletedJobRetention", "too short (minimum 1s)"},
+		{"RescueStuckJobsAfter", Config{RescueStuckJobsAfter: time.Second}, "RescueStuckJobsAfter", "must exceed the longest job timeout"},
+		{"Interval", Config{Reconcilers: map[string]time.Duration{"lease_expiry": time.Millisecond}}, "Reconcilers[lease_expiry]", "interval too short"},
+		{"RetentionNeeded", Config{Reconcilers: map[string]time.Duration{"retention": time.Minute}}, "Reconcilers[retention]", "needs a Retention"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.cfg.Validate()
+			var ce *ConfigError
+			if !errors.As(err, &ce) || ce.Field != tt.field || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate: %v; want a ConfigError of field %s containing %q", err, tt.field, tt.want)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -138,7 +138,7 @@ func TestStartAcceptsAnEarlierVersion(t *testing.T) {
 		store.WorkerHeartbeat{ClientID: "old-version", Hostname: "h", PID: 1}); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	f := newFleet(t, db, fleet.Config{Reconcilers: only(workers.LeaseExpiry),
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err := f.Start(ctx); err != nil {
@@ -163,24 +163,6 @@ func TestStartNeedsAMigratedHeartbeatTable(t *testing.T) {
 	if err := f.Start(ctx); err == nil || !strings.Contains(err.Error(), "run `worker migrate`") {
 		t.Fatalf("start on an outdated heartbeat table: %v; want it to say to run worker migrate", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestNewNeedsTheCurrentPromoteFunction: a fleet does not start when the

@@ -178,6 +178,10 @@ type beater struct {
 	// failures counts consecutive failed beats, to log the first of a run
 	// and then about once a minute rather than every beat.
 	failures int
+	// beaten, set by tests only (export_test.go), is called after each beat
+	// with its error: a test signal, so that tests wait for beats rather
+	// than sleep for them.
+	beaten func(err error)
 }
 
 // beat records the row and looks after those of processes gone. Its
@@ -199,11 +203,20 @@ func (b *beater) beat(ctx context.Context) {
 				"consecutive_failures", b.failures+1)
 		}
 		b.failures++
+		b.signal(err)
 		return
 	}
 	if b.failures > 0 {
 		b.logger.Info("worker heartbeat recovered", "client_id", b.row.ClientID, "failed_beats", b.failures)
 		b.failures = 0
+	}
+	b.signal(nil)
+}
+
+// signal calls the test hook, if any.
+func (b *beater) signal(err error) {
+	if b.beaten != nil {
+		b.beaten(err)
 	}
 }
 

@@ -1,12 +1,10 @@
 package heartbeat_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/store"
 )
@@ -102,28 +101,55 @@ func TestRegisterRejectsBadArguments(t *testing.T) {
 }
 
 // TestRunSurvivesALostTable: once the heartbeat table is gone under a
-// running process, its beats fail, are logged once (not at every beat) and
-// retried; once the table is back the next beat records the process again
-// and says it recovered, and a stop deletes the row. A regression that gave
-// up after a failed beat, or logged every one, fails here.
+// running process, its beats fail, are logged once and then once every 12
+// failed beats (not at every beat), and retried; once the table is back the
+// next beat records the process again and says it recovered, and a stop
+// deletes the row. A regression that gave up after a failed beat, or logged
+// every one, fails here. The test counts beats through a test signal
+// (OnBeat), so it proves the same on a machine of any speed.
 func TestRunSurvivesALostTable(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	proc := register(t, db, "c", logger)
 	if _, err := db.Pool.Exec(ctx, `DROP TABLE river.ffreconcile_worker`); err != nil {
 		t.Fatal(err)
 	}
+	beats := make(chan error, 100)
+	proc.OnBeat(func(err error) {
+		select {
+		case beats <- err:
+		default: // the test has stopped counting
+		}
+	})
 	done := make(chan struct{})
-	go func() { defer close(done); proc.Run(ctx, 20*time.Millisecond) }()
+	go func() { defer close(done); proc.Run(ctx, 5*time.Millisecond) }()
 
-	// Several beats fail meanwhile.
-	time.Sleep(200 * time.Millisecond)
-	if n := strings.Count(logs.String(), "worker heartbeat failed"); n != 1 {
-		t.Fatalf("%d warnings for ~10 failed beats; want 1:\n%s", n, logs.String())
+	// failedBeats waits for n more beats, each of which must fail.
+	failedBeats := func(n int) {
+		t.Helper()
+		for i := range n {
+			select {
+			case err := <-beats:
+				if err == nil {
+					t.Fatalf("beat %d recorded the row with its table gone", i+1)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("no beat within a minute, after %d of %d", i, n)
+			}
+		}
+	}
+	warnings := func() int { return strings.Count(logs.String(), "worker heartbeat failed") }
+	failedBeats(12)
+	if n := warnings(); n != 1 {
+		t.Fatalf("%d warnings for 12 failed beats; want 1:\n%s", n, logs.String())
+	}
+	failedBeats(1)
+	if n := warnings(); n != 2 {
+		t.Fatalf("%d warnings for 13 failed beats; want 1 more at the 13th:\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), "does not exist") {
 		t.Fatalf("the warning does not say what is missing:\n%s", logs.String())
@@ -140,22 +166,4 @@ func TestRunSurvivesALostTable(t *testing.T) {
 	if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker`); n != 0 {
 		t.Fatalf("%d heartbeat rows after the stop; want 0", n)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -479,22 +479,10 @@ var riverJobKinds = func() map[string]string {
 // Cost: river_job's rows of kinds ff.%, every state (River keeps finished
 // jobs for their retention), once per CacheFor at most.
 func (c *dbCollector) readRiverJobs(gauge func(*prometheus.Desc, float64, ...string)) error {
-	type key struct{ kind, state string }
-	counts := map[key]int64{}
+	var counts map[store.KindState]int64
 	err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT kind, state::text, count(*) FROM `+
-			pgx.Identifier{c.cfg.RiverSchema, "river_job"}.Sanitize()+` WHERE kind LIKE 'ff.%' GROUP BY 1, 2`)
-		if err != nil {
-			return err
-		}
-		var (
-			kind, state string
-			n           int64
-		)
-		_, err = pgx.ForEachRow(rows, []any{&kind, &state, &n}, func() error {
-			counts[key{kind, state}] = n
-			return nil
-		})
+		var err error
+		counts, err = store.FleetJobCounts(ctx, tx, c.cfg.RiverSchema)
 		return err
 	})
 	if err != nil {
@@ -502,13 +490,13 @@ func (c *dbCollector) readRiverJobs(gauge func(*prometheus.Desc, float64, ...str
 	}
 	for k, r := range riverJobKinds {
 		for _, st := range rivertype.JobStates() {
-			gauge(c.riverJob, float64(counts[key{k, string(st)}]), r, k, string(st))
-			delete(counts, key{k, string(st)})
+			gauge(c.riverJob, float64(counts[store.KindState{Kind: k, State: string(st)}]), r, k, string(st))
+			delete(counts, store.KindState{Kind: k, State: string(st)})
 		}
 	}
 	// Kinds of ff.* this build does not know (an older or newer fleet's).
 	for k, v := range counts {
-		gauge(c.riverJob, float64(v), reconcilerOfKind(k.kind), k.kind, k.state)
+		gauge(c.riverJob, float64(v), reconcilerOfKind(k.Kind), k.Kind, k.State)
 	}
 	return nil
 }

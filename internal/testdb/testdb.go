@@ -9,7 +9,7 @@
 // latest when the package's tests are done.
 //
 // The server is TEST_DATABASE_URL, else DATABASE_URL, else
-// dbconn.DefaultURL (the local server, without TLS).
+// dbconn.DefaultAdminURL (the local server, without TLS).
 package testdb
 
 import (
@@ -47,7 +47,7 @@ func AdminURL() string {
 	if u := os.Getenv("DATABASE_URL"); u != "" {
 		return u
 	}
-	return dbconn.DefaultURL
+	return dbconn.DefaultAdminURL
 }
 
 // WithDatabase returns base with its database name replaced by name.
