@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/dbconn"
 )
 
 // flagSet wraps flag.FlagSet so that every flag has an environment variable,
@@ -234,7 +236,7 @@ func (r *resettingStrings) String() string {
 // subcommand.
 func databaseURLFlag(f *flagSet, p *string) {
 	f.Secret(p, "database-url", "DATABASE_URL",
-		"PostgreSQL connection string (URL or key=value); its password is never logged")
+		"PostgreSQL connection string (URL or key=value); its password is never logged (default "+dbconn.DefaultURL+")")
 }
 
 // twoDashes words the flag package's parse errors, which name a flag with

@@ -212,7 +212,7 @@ func (r *Report) Markdown() string {
 		p("")
 		p("Nothing due, %d not-due rows, every reconciler enabled, measured over %s. Statements are counted by the client", i.NotDueRows, i.Window)
 		p("(a pgx tracer on every pool); CPU is the user+system time of the Postgres backends serving the process, read")
-		p("from /proc; transactions are `pg_stat_database.xact_commit`. Ours runs all ten reconcilers; the seed side is")
+		p("from /proc; transactions are `pg_stat_database.xact_commit`. Ours runs every reconciler (retention aside, off without a retention); the seed side is")
 		p("FlowFabric's whole Postgres scanner supervisor, its eight loops at their defaults: lease expiry (1.5 s), attempt")
 		p("timeout (2 s) and suspension timeout (2 s) scan all 256 partitions every tick, budget reset its 32 budget partitions")
 		p("(15 s), the worker-registry sweep runs one DELETE per registry partition (30 s), the cancel dispatcher (1 s), its")
