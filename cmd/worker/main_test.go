@@ -18,6 +18,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -273,7 +274,8 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	ctx, cancel := context.WithCancel(bg)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, rc, slog.New(slog.NewTextHandler(io.Discard, nil)), nil) }()
+	var logs testlog.Buffer
+	go func() { done <- run(ctx, rc, slog.New(slog.NewTextHandler(&logs, nil)), nil) }()
 	running := func() int {
 		return fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = 'ff.lease_expiry.release' AND state = 'running'`)
 	}
@@ -281,7 +283,11 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 		return running() == 2, fleettest.Statusf("%d running", running())
 	})
 	cancel() // what SIGINT/SIGTERM does
-	time.Sleep(500 * time.Millisecond)
+	// The shutdown has begun (River stops fetching next) before the lock
+	// goes: the two jobs are running across it.
+	fleettest.WaitFor(t, 30*time.Second, "the shutdown to begin", func() (bool, string) {
+		return strings.Contains(logs.String(), "shutting down: no new jobs"), ""
+	})
 	if err := lock.Rollback(bg); err != nil {
 		t.Fatal(err)
 	}
