@@ -161,7 +161,9 @@ func empty(name, template string) error {
 
 // catalogDigestSQL digests what a test could change in a database's schema:
 // its relations, the columns of its tables, triggers, constraints,
-// functions, comments, schemas, extensions and per-database settings.
+// functions (with their bodies), comments (with their text: the promote
+// function's version is its comment), schemas, extensions and per-database
+// settings.
 // Partitions are covered by their names and column counts; their columns
 // follow their parent's.
 const catalogDigestSQL = `
@@ -178,9 +180,9 @@ SELECT md5(concat_ws('|',
       WHERE r.relkind IN ('r', 'p') AND NOT r.relispartition AND a.attnum > 0),
     (SELECT string_agg(tgname, ',' ORDER BY tgname) FROM pg_trigger WHERE NOT tgisinternal),
     (SELECT count(*) FROM pg_constraint),
-    (SELECT string_agg(proname, ',' ORDER BY proname) FROM pg_proc
+    (SELECT string_agg(proname || md5(prosrc), ',' ORDER BY proname, md5(prosrc)) FROM pg_proc
       WHERE pronamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)),
-    (SELECT count(*) FROM pg_description),
+    (SELECT md5(string_agg(description, ',' ORDER BY objoid, classoid, objsubid)) FROM pg_description),
     (SELECT string_agg(nspname, ',' ORDER BY nspname) FROM pg_namespace),
     (SELECT string_agg(extname, ',' ORDER BY extname) FROM pg_extension),
     (SELECT count(*) FROM pg_db_role_setting s JOIN pg_database d ON d.oid = s.setdatabase WHERE d.datname = current_database())))`
