@@ -97,8 +97,11 @@ func TestScanRetriesItsInsertAfterADeadlock(t *testing.T) {
 	fleettest.WaitFor(t, 20*time.Second, "the third row acted on", func() (bool, string) {
 		return tt.acted(t, db.Pool, p, third), fleettest.Statusf("%+v", c.Snapshot())
 	})
-	if st := c.Snapshot(); st.DeadlockRetries != 1 || st.Errors != 0 || st.Enqueued != 1 || st.AlreadyQueued != 2 {
-		t.Fatalf("stats %+v; want one deadlock retry, no error, the third row's job enqueued and the other two already queued", st)
+	// One retry, or two: the retry runs at once, and may take the first
+	// row's job again before this test's transaction (waiting for it) is
+	// granted it, deadlocking a second time until that transaction ends.
+	if st := c.Snapshot(); st.DeadlockRetries < 1 || st.Errors != 0 || st.Enqueued != 1 || st.AlreadyQueued != 2 {
+		t.Fatalf("stats %+v; want a deadlock retry, no error, the third row's job enqueued and the other two already queued", st)
 	}
 	for _, id := range []int64{firstJob, secondJob} {
 		if j := readJob(t, db.Pool, id); j.State != "scheduled" || strings.Join(j.Errors, "") != "" {
