@@ -29,10 +29,6 @@ const PromoteFunctionName = "ffreconcile_promote"
 // TestPromoteFunctionVersionPinsItsSQL fails until you do.
 const PromoteFunctionVersion = 1
 
-// promoteFunctionSignature is the function's argument list, as
-// to_regprocedure and COMMENT ON FUNCTION name it.
-const promoteFunctionSignature = "(smallint, uuid, timestamp with time zone)"
-
 // promoteCommentRE reads the version back from the function's comment.
 var promoteCommentRE = regexp.MustCompile(`^` + PromoteFunctionName + ` version ([0-9]+)\b`)
 
@@ -291,10 +287,17 @@ func installedPromoteFunction(ctx context.Context, q interface {
 }, schema string) (bool, int, error) {
 	var found bool
 	var comment *string
+	// pg_proc read as a table, with the statement's snapshot: a lookup
+	// through the catalog cache (to_regprocedure) can miss a function
+	// another transaction created and committed while this one waited for
+	// the advisory lock, since taking an advisory lock processes no cache
+	// invalidations (two of four concurrent applies then found none).
 	err := q.QueryRow(ctx, `
-		SELECT p.oid IS NOT NULL, obj_description(p.oid, 'pg_proc')
-		  FROM (SELECT to_regprocedure(quote_ident($1) || '.' || $2 || $3)::oid AS oid) p`,
-		schema, PromoteFunctionName, promoteFunctionSignature).Scan(&found, &comment)
+		SELECT count(*) > 0, max(obj_description(p.oid, 'pg_proc'))
+		  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+		 WHERE n.nspname = $1 AND p.proname = $2
+		   AND p.proargtypes = array_to_string(ARRAY['smallint'::regtype, 'uuid'::regtype, 'timestamptz'::regtype]::oid[], ' ')::oidvector`,
+		schema, PromoteFunctionName).Scan(&found, &comment)
 	if err != nil {
 		return false, 0, fmt.Errorf("read catalog: %w", err)
 	}
