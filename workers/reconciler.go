@@ -3,6 +3,7 @@ package workers
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -73,6 +74,8 @@ type Reconciler struct {
 	rowJob func(partition int16, row store.DueRow) river.JobArgs
 	// register adds the tick, scan and row workers to ws.
 	register func(ws *river.Workers, d *deps) error
+	// registerRow adds the row worker to ws (nil without row jobs).
+	registerRow func(ws *river.Workers, d *deps) error
 	// validateJSON validates stored args by kind, as River would decode
 	// them for the kind's worker.
 	validateJSON map[string]func([]byte) error
@@ -128,6 +131,10 @@ func (r *Reconciler) ScanKind() string { return r.scanKind }
 // also the ad-hoc promotion's); "" for retention, which has none.
 func (r *Reconciler) RowKind() string { return r.rowKind }
 
+// HasRowJobs reports whether the reconciler acts through row jobs
+// (retention's trim acts on its partition's rows itself).
+func (r *Reconciler) HasRowJobs() bool { return r.rowJob != nil }
+
 // TickArgs returns the args of the reconciler's periodic tick.
 func (r *Reconciler) TickArgs() river.JobArgs { return r.tick }
 
@@ -141,18 +148,21 @@ type scanArgs interface {
 	river.JobArgs
 }
 
-// define completes r with its job types: T its tick args, S its scan args,
-// R its row args; rowJob turns a scanned row into a row job and rowWorker
-// builds the row worker for a Set. It panics if the kinds do not follow
-// ff.<Name>.<step>, which the registry's tests catch at once.
-func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
-	rowJob func(partition int16, row store.DueRow) R,
-	rowWorker func(d *deps) river.Worker[R],
-) *Reconciler {
+// scanArgsWithOpts is a scan args type that names its own queue.
+type scanArgsWithOpts interface {
+	scanArgs
+	river.JobArgsWithInsertOpts
+}
+
+// defineSteps completes r with the steps every reconciler has: T its tick
+// args, S its partition job's args, worked by the worker scanWorker builds
+// for a Set (the scan, or retention's trim). It checks what r declares and
+// panics if the kinds do not follow ff.<Name>.<step>, which the registry's
+// tests catch at once. Row jobs, where a reconciler has them, are define's.
+func defineSteps[T river.JobArgs, S scanArgsWithOpts](r Reconciler, scanWorker func(r *Reconciler, d *deps) river.Worker[S]) *Reconciler {
 	var (
-		t   T
-		s   S
-		row R
+		t T
+		s S
 	)
 	if r.Partitions == nil {
 		r.Partitions = flowPartitions
@@ -165,12 +175,9 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 		sh.Due.At != r.Due.At || sh.Due.ID != r.Due.ID || sh.Due.ID2 != r.Due.ID2 || sh.Due.N != r.Due.N) {
 		panic(fmt.Sprintf("reconciler %s: its share with %s must be a part of its own rows: the same table, deadline, key and tenancy", r.Name, sh.With))
 	}
-	if r.NoOpReasons == nil {
-		r.NoOpReasons = []NoOpReason{NoOpNoLongerDue}
-	}
 	r.tick = t
-	r.tickKind, r.scanKind, r.rowKind = t.Kind(), s.Kind(), row.Kind()
-	r.scanQueue = jobs.QueueControl
+	r.tickKind, r.scanKind = t.Kind(), s.Kind()
+	r.scanQueue = s.InsertOpts().Queue
 	prefix := "ff." + r.Name + "."
 	for _, k := range []string{r.tickKind, r.scanKind} {
 		if len(k) <= len(prefix) || k[:len(prefix)] != prefix {
@@ -178,21 +185,44 @@ func define[T river.JobArgs, S scanArgs, R river.JobArgs](r Reconciler,
 		}
 	}
 	r.newScan = func(a jobs.ScanArgs) river.JobArgs { return S(struct{ jobs.ScanArgs }{a}) }
-	r.rowJob = func(p int16, x store.DueRow) river.JobArgs { return rowJob(p, x) }
 	def := &r
 	r.register = func(ws *river.Workers, d *deps) error {
 		if err := addWorker(ws, d, river.Worker[T](&tickWorker[T]{r: def, d: d})); err != nil {
 			return err
 		}
-		if err := addWorker(ws, d, river.Worker[S](&scanWorker[S]{r: def, d: d})); err != nil {
+		if err := addWorker(ws, d, scanWorker(def, d)); err != nil {
 			return err
 		}
-		return addWorker(ws, d, rowWorker(d))
+		if def.registerRow == nil {
+			return nil
+		}
+		return def.registerRow(ws, d)
 	}
 	r.validateJSON = map[string]func([]byte) error{
 		r.scanKind: func(b []byte) error { return jobs.ValidateJSON[S](r.scanKind, b) },
-		r.rowKind:  func(b []byte) error { return jobs.ValidateJSON[R](r.rowKind, b) },
 	}
+	return def
+}
+
+// define completes r as a reconciler with row jobs: T its tick args, S its
+// scan args, R its row args; rowJob turns a scanned row into a row job and
+// rowWorker builds the row worker for a Set.
+func define[T river.JobArgs, S scanArgsWithOpts, R river.JobArgs](r Reconciler,
+	rowJob func(partition int16, row store.DueRow) R,
+	rowWorker func(d *deps) river.Worker[R],
+) *Reconciler {
+	var row R
+	if r.NoOpReasons == nil {
+		r.NoOpReasons = []NoOpReason{NoOpNoLongerDue}
+	}
+	def := defineSteps[T, S](r, func(r *Reconciler, d *deps) river.Worker[S] { return &scanWorker[S]{r: r, d: d} })
+	def.rowKind = row.Kind()
+	if prefix := "ff." + def.Name + "."; !strings.HasPrefix(def.rowKind, prefix) || len(def.rowKind) == len(prefix) {
+		panic(fmt.Sprintf("reconciler %s: kind %s is not %s<step>", def.Name, def.rowKind, prefix))
+	}
+	def.rowJob = func(p int16, x store.DueRow) river.JobArgs { return rowJob(p, x) }
+	def.registerRow = func(ws *river.Workers, d *deps) error { return addWorker(ws, d, rowWorker(d)) }
+	def.validateJSON[def.rowKind] = func(b []byte) error { return jobs.ValidateJSON[R](def.rowKind, b) }
 	return def
 }
 

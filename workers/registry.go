@@ -91,7 +91,7 @@ var byKind = func() map[string]kindOf {
 	for _, r := range registry {
 		m[r.tickKind] = kindOf{r, StepTick}
 		m[r.scanKind] = kindOf{r, StepScan}
-		if r.rowKind != "" {
+		if r.HasRowJobs() {
 			m[r.rowKind] = kindOf{r, StepRow}
 		}
 	}

@@ -24,36 +24,15 @@ const trimBudget = 5 * time.Second
 // deleting itself, a batch per statement, instead of one row job per
 // execution: a trim is set-based by nature, and a River job per execution
 // would cost more than the deletes (docs/design.md, "Retention").
-var Retention = func() *Reconciler {
-	r := &Reconciler{
-		Name:     "retention",
-		Interval: time.Minute,
-		Due:      store.TerminalExecutions,
-		Retained: true,
-		Behind:   func(c Config) time.Duration { return c.Retention },
-		Tables: append(append([]string{"ff_exec_core"}, store.RetentionSiblingTables.UUID...),
-			store.RetentionSiblingTables.Text...),
-		Partitions: flowPartitions,
-	}
-	var (
-		t jobs.RetentionTickArgs
-		s jobs.RetentionTrimArgs
-	)
-	r.tick = t
-	r.tickKind, r.scanKind = t.Kind(), s.Kind()
-	r.scanQueue = s.InsertOpts().Queue
-	r.newScan = func(a jobs.ScanArgs) river.JobArgs { return jobs.RetentionTrimArgs{ScanArgs: a} }
-	r.register = func(ws *river.Workers, d *deps) error {
-		if err := addWorker(ws, d, river.Worker[jobs.RetentionTickArgs](&tickWorker[jobs.RetentionTickArgs]{r: r, d: d})); err != nil {
-			return err
-		}
-		return addWorker(ws, d, river.Worker[jobs.RetentionTrimArgs](&trimWorker{r: r, d: d}))
-	}
-	r.validateJSON = map[string]func([]byte) error{
-		r.scanKind: func(b []byte) error { return jobs.ValidateJSON[jobs.RetentionTrimArgs](r.scanKind, b) },
-	}
-	return r
-}()
+var Retention = defineSteps[jobs.RetentionTickArgs, jobs.RetentionTrimArgs](Reconciler{
+	Name:     "retention",
+	Interval: time.Minute,
+	Due:      store.TerminalExecutions,
+	Retained: true,
+	Behind:   func(c Config) time.Duration { return c.Retention },
+	Tables: append(append([]string{"ff_exec_core"}, store.RetentionSiblingTables.UUID...),
+		store.RetentionSiblingTables.Text...),
+}, func(r *Reconciler, d *deps) river.Worker[jobs.RetentionTrimArgs] { return &trimWorker{r: r, d: d} })
 
 // trimWorker trims one partition: batches of Config.BatchSize executions,
 // each in its own transaction, until a batch comes back short or trimBudget

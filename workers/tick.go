@@ -143,7 +143,7 @@ func (d *deps) fanOut(ctx context.Context, client *river.Client[pgx.Tx], r *Reco
 		queued map[int16]store.QueuedRows
 		err    error
 	)
-	if r.rowKind != "" {
+	if r.HasRowJobs() {
 		if queued, err = store.QueuedRowJobs(ctx, d.cfg.Pool, d.cfg.RiverSchema, jobs.QueueRows, r.rowKind, w.at); err != nil {
 			return fail(err)
 		}
