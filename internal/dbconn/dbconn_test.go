@@ -2,6 +2,7 @@ package dbconn_test
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
 
@@ -28,5 +29,48 @@ func TestOpenMissingDatabaseSaysHowToCreateIt(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Open: %v; want it to contain %q", err, want)
 		}
+	}
+}
+
+// TestOpenWithoutAServerSaysWhereOneComesFrom: a URL no server answers at
+// fails naming the address and saying how to get a server (`make run`, or
+// --database-url), as CreateIfMissing does; a server that answers with an
+// error of its own (here, an unknown role) gets no such hint. A regression
+// leaves a newcomer with a bare "connection refused".
+func TestOpenWithoutAServerSaysWhereOneComesFrom(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A port nothing listens on: one just released by a listener of ours.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	u := "postgres://postgres@" + addr + "/ffreconcile?sslmode=disable&connect_timeout=5"
+	_, err = dbconn.Open(ctx, u, dbconn.Options{MaxConns: 1})
+	_, err2 := dbconn.CreateIfMissing(ctx, u)
+	for _, e := range []error{err, err2} {
+		if e == nil {
+			t.Fatal("connecting to a port nothing listens on succeeded")
+		}
+		for _, want := range []string{"cannot reach database", addr, "make run", "--database-url"} {
+			if !strings.Contains(e.Error(), want) {
+				t.Errorf("error %q; want it to contain %q", e, want)
+			}
+		}
+	}
+
+	role, err := testdb.WithDatabase(testdb.AdminURL(), "postgres")
+	if err != nil {
+		t.Fatal(err)
+	}
+	role = strings.Replace(role, "://postgres@", "://ffr_no_such_role@", 1)
+	if !strings.Contains(role, "ffr_no_such_role") {
+		t.Skipf("admin URL %s names no postgres user to swap", dbconn.Redact(role))
+	}
+	_, err = dbconn.Open(ctx, role, dbconn.Options{MaxConns: 1})
+	if err == nil || strings.Contains(err.Error(), "make run") {
+		t.Errorf("Open as an unknown role: %v; want the server's error without the no-server hint", err)
 	}
 }
