@@ -203,7 +203,7 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		workers.SuspensionTimeout: func() (bool, string) {
 			// Auto-resume keeps its suspension with the timeout cleared;
 			// every other behaviour deletes it. Suspensions waiting on a
-			// waitpoint time out a minute later.
+			// waitpoint time out demo.WaitpointSuspensionTimeout later.
 			n, left := due(workers.SuspensionTimeout), count(`SELECT count(*) FROM ff_suspension_current`)
 			want := c.Behaviors["auto_resume_with_timeout_signal"] + c.Items[demo.WaitpointExpiring]
 			return n == 0 && left == want, fleettest.Statusf("%d due, %d suspensions left (want %d)", n, left, want)

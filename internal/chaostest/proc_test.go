@@ -16,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
 
 // binDir holds the worker binary, built once per test binary.
@@ -35,7 +33,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	code := testdb.Run(m)
+	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

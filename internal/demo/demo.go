@@ -57,6 +57,11 @@ var Behaviors = []string{"", "fail", "cancel", "expire", "escalate", "auto_resum
 // River UI shows each budget's resets recurring.
 const DefaultBudgetResetInterval = time.Minute
 
+// WaitpointSuspensionTimeout is how long after it is written the suspension
+// of a WaitpointExpiring item times out: well past the test that checks
+// waitpoint expiry marked it, however slow the machine.
+const WaitpointSuspensionTimeout = 10 * time.Minute
+
 // Kind is one kind of demo item: a row some reconciler will act on.
 type Kind int
 
@@ -87,7 +92,8 @@ const (
 	// future, whose execution deadline passes about now.
 	DeadlinePassing
 	// WaitpointExpiring is a suspended execution waiting on a waitpoint
-	// that expires about now; its suspension times out a minute later.
+	// that expires about now; its suspension times out ten minutes later
+	// (WaitpointSuspensionTimeout), long after waitpoint expiry marked it.
 	WaitpointExpiring
 	// BudgetDue is a budget with usage in two dimensions whose reset falls
 	// due about now, and every Feeder.BudgetResetInterval after (a minute
@@ -390,7 +396,7 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
 		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
 		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, 'fail')`,
-			p, id, f.uuid(), nowMs-60_000, nowMs+60_000)
+			p, id, f.uuid(), nowMs-60_000, nowMs+WaitpointSuspensionTimeout.Milliseconds())
 		b.Queue(`INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
 		        expires_at_ms, waitpoint_key, state, required_signal_names, activated_at_ms)
 		 VALUES ($1, $2, $3, 'demo-kid', 'demo-token', $4, $5, 'approval', 'active', '{approval}', $4)`,

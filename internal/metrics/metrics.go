@@ -72,6 +72,9 @@ type Config struct {
 	// CacheFor is how long the values read from the database are served
 	// before a scrape starts a new read. Defaults to 5 s.
 	CacheFor time.Duration
+	// ReadTimeout bounds each of a scrape's reads (see defaultReadTimeout).
+	// Defaults to 3 s.
+	ReadTimeout time.Duration
 }
 
 // Metrics is a registry with the fleet's collectors.
@@ -93,6 +96,7 @@ func New(cfg Config) *Metrics {
 	cfg.PartitionCount = cmp.Or(cfg.PartitionCount, jobs.PartitionCount)
 	cfg.BudgetPartitionCount = cmp.Or(cfg.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
 	cfg.CacheFor = cmp.Or(cfg.CacheFor, 5*time.Second)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, defaultReadTimeout)
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tickDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -351,22 +355,22 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// readTimeout bounds each of a scrape's reads (two per reconciler, one of
+// defaultReadTimeout bounds each of a scrape's reads (two per reconciler, one of
 // River's jobs, one of its leader) rather than the scrape as a whole, so
 // that a slow database makes a scrape slower but does not starve the reads
 // that come last: ten reconcilers' counts sharing one budget once left the
 // River job gauge empty on a loaded server.
-const readTimeout = 3 * time.Second
+const defaultReadTimeout = 3 * time.Second
 
 // inReadTx runs read in a transaction of its own in which Postgres stops any
-// statement after readTimeout (statement_timeout; the context, a second
+// statement after ReadTimeout (statement_timeout; the context, a second
 // later, only backs it up) and plans without JIT. The oldest-due probe is
 // costed as if each partition's probe read every child of the table, which
 // passes jit_above_cost: on a session with JIT on, compiling its ~1,800
 // expressions took 20 s for a read of a few index entries (the fleet's work
 // pool has JIT off; this holds whatever pool the metrics are given).
 func (c *dbCollector) inReadTx(read func(ctx context.Context, tx pgx.Tx) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), readTimeout+time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ReadTimeout+time.Second)
 	defer cancel()
 	tx, err := c.cfg.Pool.Begin(ctx)
 	if err != nil {
@@ -374,7 +378,7 @@ func (c *dbCollector) inReadTx(read func(ctx context.Context, tx pgx.Tx) error) 
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read only
 	if _, err := tx.Exec(ctx, `SELECT set_config('statement_timeout', $1, true), set_config('jit', 'off', true)`,
-		strconv.FormatInt(readTimeout.Milliseconds(), 10)); err != nil {
+		strconv.FormatInt(c.cfg.ReadTimeout.Milliseconds(), 10)); err != nil {
 		return err
 	}
 	return read(ctx, tx)

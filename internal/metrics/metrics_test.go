@@ -61,7 +61,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 
 	// Before any worker runs: the gauge sees the due rows.
-	idle := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema})
+	idle := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, ReadTimeout: slowRead})
 	body := scrape(t, idle)
 	if v := value(t, body, `ffreconcile_due_rows{reconciler="lease_expiry"}`); v != n {
 		t.Fatalf("due_rows before work = %v; want %d\n%s", v, n, body)
@@ -255,6 +255,11 @@ func checkDashboard(t *testing.T, body string) {
 	}
 }
 
+// slowRead is the read timeout of tests that check values rather than
+// timeouts: a count over 256 partitions in the parallel suite on 2 cores
+// has taken more than the default 3 s.
+const slowRead = 30 * time.Second
+
 // TestScrapeServesLastValuesWhileReading: once the first scrape has read
 // the database, a scrape never waits for it: it serves the last values and
 // starts a new read, whose result a later scrape serves. A regression makes
@@ -335,7 +340,7 @@ func TestDueGaugesCountSharedRowsOnce(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, Intervals: tt.intervals})
+			m := metrics.New(metrics.Config{Stats: workers.NewStats(), Pool: db.Pool, RiverSchema: testdb.RiverSchema, Intervals: tt.intervals, ReadTimeout: slowRead})
 			body := scrape(t, m)
 			for name, want := range tt.want {
 				if v := value(t, body, `ffreconcile_due_rows{reconciler="`+name+`"}`); v != want {

@@ -23,8 +23,6 @@ import (
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
-
 // runningJob inserts a job running in its attempt-th attempt, attempted by
 // the given clients (the last one runs it), with metadata.
 func runningJob(t *testing.T, db *testdb.DB, attempt int, attemptedBy []string, metadata string) int64 {
