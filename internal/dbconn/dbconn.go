@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -25,6 +26,10 @@ import (
 // over loopback, where TLS would only cost CPU on both ends (see
 // scripts/ensure-postgres.sh).
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/ffreconcile?sslmode=disable"
+
+// cancelGrace is how long a connection whose statement's context ended
+// waits for the server to cancel it before the connection is closed.
+const cancelGrace = 3 * time.Second
 
 // DefaultAdminURL is the same server's maintenance database, for what
 // creates and drops databases of its own (tests, benchmarks).
@@ -120,6 +125,18 @@ type Options struct {
 	RuntimeParams map[string]string
 	// Tracer, when set, traces every statement (OpenTelemetry).
 	Tracer pgx.QueryTracer
+	// CancelOnServer has a statement whose context ends (a job's timeout)
+	// cancelled by the server, and the connection lives on; pgx's default
+	// closes it, and with it all its backend has cached. A tick's first
+	// plan over 256 partitions builds the cache of every child and index:
+	// on a busy server each retry started that over on a new backend and
+	// timed out again (a chaos run saw every tick of a fresh fleet time
+	// out for 90 s). Only a server that ignores the cancel for cancelGrace
+	// gets the connection closed. Not for a pool whose connections wait
+	// for notifications: River's listener and ours interrupt the wait by
+	// ending its context, which an idle backend's cancel cannot answer,
+	// so each interruption would take cancelGrace.
+	CancelOnServer bool
 }
 
 // Validate checks that dsn parses, without connecting.
@@ -147,10 +164,16 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 		cfg.ConnConfig.RuntimeParams["application_name"] = opts.AppName
 	}
 	// JIT off unless asked for: none of our statements reads enough rows
-	// to pay for compiling, while a LATERAL probe over 256 partitions is
-	// costed far past jit_above_cost (the oldest-due probe `worker status`
-	// runs took 17 s with JIT on a default server, 0.2 s without).
+	// to pay for compiling, while a plan over 256 partitions is costed far
+	// past jit_above_cost (the oldest-due probe `worker status` runs took
+	// 17 s with JIT on a default server, 0.2 s without; a tick's generic
+	// plan spent 1.2 s a run compiling and outran its 2 s interval).
 	cfg.ConnConfig.RuntimeParams["jit"] = "off"
+	if opts.CancelOnServer {
+		cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+			return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: cancelGrace}
+		}
+	}
 	for k, v := range opts.RuntimeParams {
 		cfg.ConnConfig.RuntimeParams[k] = v
 	}

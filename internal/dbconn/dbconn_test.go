@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -72,5 +73,48 @@ func TestOpenWithoutAServerSaysWhereOneComesFrom(t *testing.T) {
 	_, err = dbconn.Open(ctx, role, dbconn.Options{MaxConns: 1})
 	if err == nil || strings.Contains(err.Error(), "make run") {
 		t.Errorf("Open as an unknown role: %v; want the server's error without the no-server hint", err)
+	}
+}
+
+// TestCancelOnServerKeepsTheConnection: with CancelOnServer, a statement
+// whose context ends is cancelled by the server and the next statement runs
+// on the same backend (what it cached survives); without it, pgx closes the
+// connection. A regression shows a new backend after the timeout, and a
+// tick on a busy server replanning over 256 cold partitions every retry.
+func TestCancelOnServerKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	db := testdb.NewEmpty(t)
+	for _, tc := range []struct {
+		name           string
+		cancelOnServer bool
+	}{
+		{"CancelOnServer", true},
+		{"PgxDefault", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool, err := dbconn.Open(ctx, db.URL, dbconn.Options{MaxConns: 1, CancelOnServer: tc.cancelOnServer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			pid := func() (pid int) {
+				t.Helper()
+				if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+					t.Fatal(err)
+				}
+				return pid
+			}
+			before := pid()
+			timeoutCtx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			_, err = pool.Exec(timeoutCtx, `SELECT pg_sleep(30)`)
+			cancel()
+			if err == nil {
+				t.Fatal("a 30 s sleep finished within 100 ms")
+			}
+			if after := pid(); (after == before) != tc.cancelOnServer {
+				t.Errorf("backend %d before the timeout, %d after; want the same one: %v", before, after, tc.cancelOnServer)
+			}
+		})
 	}
 }

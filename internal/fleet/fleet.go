@@ -465,7 +465,6 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// custom plan sees the table's current size
 			// (docs/performance.md).
 			"plan_cache_mode": "force_custom_plan",
-			"jit":             "off", // see the tick pool
 		}})
 	if err != nil {
 		return nil, err
@@ -492,7 +491,6 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 			// (docs/performance.md, "Tick plans, and row statements that
 			// read whole partitions").
 			"enable_seqscan": "off",
-			"jit":            "off", // see the tick pool
 		},
 	})
 	if err != nil {
@@ -502,16 +500,15 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 	// Ticks run one at a time on the leader: two connections suffice.
 	tickPool, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
 		MaxConns: 2, AppName: store.ConnTagged("ffreconcile-tick", tag), Tracer: tracer,
+		// A tick that times out while planning keeps its connection and
+		// what the backend cached of the partitions, so the next tick
+		// goes on from there (see dbconn.Options.CancelOnServer).
+		CancelOnServer: true,
 		RuntimeParams: map[string]string{
+			// JIT is off, as on every pool dbconn.Open makes: compiling a
+			// generic plan over 256 partitions took 1.2 s per run
+			// (docs/performance.md).
 			"plan_cache_mode": "force_generic_plan",
-			// A generic plan over 256 partitions (and a join to 256 more)
-			// is costed past jit_above_cost, and compiling its ~3,000
-			// expressions took 1.2 s per run of a statement that itself
-			// takes milliseconds: the attempt timeout's tick then outran
-			// its 2 s interval and starved every other tick and scan
-			// (docs/performance.md). None of the fleet's statements reads
-			// enough rows for JIT to pay back.
-			"jit": "off",
 		},
 	})
 	if err != nil {
