@@ -17,6 +17,10 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 )
 
+// readyzPingCap bounds /readyz's database ping for a prober without a
+// timeout of its own.
+const readyzPingCap = 10 * time.Second
+
 // newHTTPHandler serves River UI under /riverui/, liveness at /healthz,
 // readiness at /readyz, the reconcilers' counters at /stats and Prometheus
 // metrics at /metrics.
@@ -37,7 +41,13 @@ func newHTTPHandler(ctx context.Context, f *fleet.Fleet, rc *runConfig, logger *
 			fmt.Fprintln(w, "not ready: River client not started (or stopping)")
 			return
 		}
-		pingCtx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		// The prober's own timeout (Kubernetes' timeoutSeconds) says how
+		// slow is too slow: it cancels the request's context. The cap only
+		// bounds a prober that never gives up. A tighter limit of ours
+		// turned a busy server's slow answer into "unreachable": with every
+		// work connection taken, the ping waits for one (a chaos run on a
+		// loaded machine saw 2 s pass while the fleet drained).
+		pingCtx, cancel := context.WithTimeout(r.Context(), readyzPingCap)
 		defer cancel()
 		if err := f.WorkPool.Ping(pingCtx); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -91,9 +91,18 @@ func runBinary(t *testing.T, timeout time.Duration, args ...string) (int, string
 // runBinaryEnv is runBinary with extra environment variables.
 func runBinaryEnv(t *testing.T, timeout time.Duration, env []string, args ...string) (int, string, string) {
 	t.Helper()
+	// Built before the clock starts: the first caller builds the binary,
+	// and every test calling at once waits for that build, which on a busy
+	// machine took most of a minute's timeout (a migrate "timed out" with
+	// nothing on its stderr).
+	bin := workerBinary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, workerBinary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	// On the timeout, SIGQUIT: the Go runtime prints every goroutine's
+	// stack to stderr, which the failure shows, before the process exits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(cleanEnv(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -347,7 +356,10 @@ func (r *readyzProbe) run(ctx context.Context, procs []*proc) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			client := &http.Client{Timeout: 3 * time.Second}
+			// A slow answer is an answer: /readyz waits up to 10 s for
+			// the database on a busy machine; a failure is a 503, or no
+			// answer at all.
+			client := &http.Client{Timeout: 15 * time.Second}
 			tick := time.NewTicker(200 * time.Millisecond)
 			defer tick.Stop()
 			for {
