@@ -134,7 +134,6 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	checks := map[string]float64{
 		`ffreconcile_actions_applied_total{reconciler="lease_expiry"}`:                                       n,
 		`ffreconcile_row_jobs_enqueued_total{reconciler="lease_expiry"}`:                                     n,
-		`ffreconcile_rows_examined_total{reconciler="lease_expiry"}`:                                         n,
 		`ffreconcile_errors_total{reconciler="lease_expiry"}`:                                                0,
 		`ffreconcile_lateness_seconds_count{reconciler="lease_expiry"}`:                                      n,
 		`ffreconcile_due_rows{reconciler="lease_expiry"}`:                                                    0,
@@ -145,6 +144,13 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		if got := value(t, body, sample); got != want {
 			t.Errorf("%s = %v; want %v", sample, got, want)
 		}
+	}
+	// A row is read again by each scan that runs before its job has
+	// released it (a slow job, or a tick a moment early), so examined rows
+	// are at least the rows, not exactly them; the unique row job keeps
+	// the enqueued count exact.
+	if got := value(t, body, `ffreconcile_rows_examined_total{reconciler="lease_expiry"}`); got < n {
+		t.Errorf("rows_examined_total = %v; want at least %v", got, n)
 	}
 	after := map[string]float64{
 		`ffreconcile_oldest_due_seconds{reconciler="lease_expiry"}`:                        0,
