@@ -19,9 +19,9 @@
 #
 # Where its data lives. A test database is a clone of a template of ~25,000
 # relations (~250 MB of mostly empty files), created and dropped per test:
-# on ext4 that is ~4.7 s of mostly kernel time per clone, on tmpfs ~1.4 s
+# on ext4 that is ~4.7 s of mostly kernel time per clone, on tmpfs ~0.7 s
 # (measured on this 2-core machine). So the cluster lives in /dev/shm when
-# that is a tmpfs with room (MIN_SHM_GB free; the suite peaks near 9 GB),
+# that is a tmpfs with room (MIN_SHM_GB free; the suite peaked at 5.3 GB),
 # keyed by this checkout's path so two clones never share one, and under
 # .data/test-postgres otherwise (or when FF_TEST_PGDATA names a directory).
 # Its template databases (testdb builds one per DDL version) stay there for

@@ -67,10 +67,10 @@ var _ io.Writer = tWriter{}
 
 // WaitFor polls cond every 50 ms until it returns true, or fails the test
 // with what cond last reported once it has waited timeout stretched by
-// Patience.
+// patience.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	timeout = Patience(timeout)
+	timeout = patience(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, status := cond()
@@ -84,13 +84,13 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// Patience stretches a wait's timeout, written for a quiet machine, to
+// patience stretches a wait's timeout, written for a quiet machine, to
 // three times it and at least 90 s. The parallel suite on a busy 2-core
 // machine runs ticks and statements several times slower than alone, and a
 // wait only bounds how long a failing test takes: a passing one returns as
 // soon as its condition holds. (Timeouts of 20-30 s failed a dozen tests
 // per run on such a machine.)
-func Patience(timeout time.Duration) time.Duration {
+func patience(timeout time.Duration) time.Duration {
 	return max(3*timeout, 90*time.Second)
 }
 

@@ -118,24 +118,11 @@ func create(t testing.TB, ctx context.Context, template string) *DB {
 		dropDatabase(name)
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	// Opened as the fleet opens its pools (JIT off, among others).
+	pool, err := dbconn.Open(ctx, dbURL, dbconn.Options{})
 	if err != nil {
 		dropDatabase(name)
-		t.Fatal(err)
-	}
-	// As on every pool of ours (dbconn.Open): a probe over 256 partitions
-	// is costed past jit_above_cost, and compiling it takes seconds.
-	cfg.ConnConfig.RuntimeParams["jit"] = "off"
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		err = pool.Ping(ctx)
-	}
-	if err != nil {
-		if pool != nil {
-			pool.Close()
-		}
-		dropDatabase(name)
-		t.Fatalf("testdb: open pool on %s: %v", name, err)
+		t.Fatalf("testdb: %v", err)
 	}
 	t.Cleanup(func() {
 		pool.Close()
