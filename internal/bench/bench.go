@@ -206,15 +206,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for _, mode := range cfg.CommitModes {
 			e.commit = mode
 			e.progress("throughput: River's ceiling, %d no-op row jobs (synchronous_commit %s)", cfg.Due, mode)
-			ceiling, err := e.riverCeiling(ctx, cfg.Due)
+			ceiling, gin, err := e.riverCeiling(ctx, cfg.Due)
 			if err != nil {
 				return rep, fmt.Errorf("River's ceiling (synchronous_commit %s): %w", mode, err)
 			}
 			e.progress("throughput: River's ceiling %.0f/s", ceiling)
 			if rep.RiverCeiling == nil {
-				rep.RiverCeiling = map[string]float64{}
+				rep.RiverCeiling, rep.CeilingGIN = map[string]float64{}, map[string]ginSize{}
 			}
-			rep.RiverCeiling[mode] = ceiling
+			rep.RiverCeiling[mode], rep.CeilingGIN[mode] = ceiling, gin
 			for _, sc := range scenarios() {
 				if !cfg.wantsReconciler(sc.name) {
 					continue

@@ -84,11 +84,25 @@ func (w noopRowWorker) Work(context.Context, *river.Job[noopRowArgs]) error {
 
 // riverCeiling runs due no-op row jobs through a fleet of no reconcilers
 // and returns their rate, rows per second from the scans' insert to the
-// last row job completed.
-func (e *env) riverCeiling(ctx context.Context, due int) (float64, error) {
+// last row job completed, and what they grew river_job's GIN indexes by.
+func (e *env) riverCeiling(ctx context.Context, due int) (float64, ginSize, error) {
 	if err := e.reset(ctx); err != nil {
-		return 0, err
+		return 0, ginSize{}, err
 	}
+	base, err := e.riverJobGIN(ctx)
+	if err != nil {
+		return 0, ginSize{}, err
+	}
+	rate, err := e.runCeiling(ctx, due)
+	if err != nil {
+		return 0, ginSize{}, err
+	}
+	after, err := e.riverJobGIN(ctx)
+	return rate, after.less(base), err
+}
+
+// runCeiling is riverCeiling's run, its fleet stopped when it returns.
+func (e *env) runCeiling(ctx context.Context, due int) (float64, error) {
 	fc := withCommit(e.fleetConfig(), e.commit)
 	fc.Reconcilers = map[string]time.Duration{}
 	var ran atomic.Int64

@@ -56,10 +56,17 @@ type ThroughputResult struct {
 	Pool       float64 // (b) the same per-row transaction on the best pool size
 	PoolSize   int
 	SetBased   float64 // (c) one statement per partition
-	OursStats  string
+	// OursNoLogs is ours again without the per-job log line River UI
+	// shows (fleet.Config.DisableJobLogs): what that line costs. Zero
+	// when the benchmark's fleet has job logs off anyway.
+	OursNoLogs float64
+	// OursGIN and NoLogsGIN are what the runs of ours grew river_job's GIN
+	// indexes by.
+	OursGIN, NoLogsGIN ginSize
+	OursStats          string
 	// CPU per row of each design: the whole machine's (client, backends
 	// and the server's background work) and this process's.
-	OursCPU, SeedCPU, PoolCPU, SetCPU CPUCost
+	OursCPU, SeedCPU, PoolCPU, SetCPU, NoLogsCPU CPUCost
 }
 
 const seedBatch = 1000
@@ -97,11 +104,23 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	if sc.configure != nil {
 		sc.configure(&fc)
 	}
-	rate, stats, oursCPU, err := e.runOurs(ctx, fc, sc.name, due, remaining)
+	rate, stats, oursCPU, gin, err := e.runOursGIN(ctx, fc, sc.name, due, remaining)
 	if err != nil {
 		return res, err
 	}
-	res.Ours, res.OursStats, res.OursCPU = rate, stats, oursCPU
+	res.Ours, res.OursStats, res.OursCPU, res.OursGIN = rate, stats, oursCPU, gin
+	if !fc.DisableJobLogs {
+		if err := prepare(); err != nil {
+			return res, err
+		}
+		e.progress("throughput %s: ours without job logs", sc.name)
+		nl := fc
+		nl.DisableJobLogs = true
+		if res.OursNoLogs, _, res.NoLogsCPU, res.NoLogsGIN, err = e.runOursGIN(ctx, nl, sc.name, due, remaining); err != nil {
+			return res, err
+		}
+		e.progress("throughput %s: without job logs %.0f/s, CPU per row %s", sc.name, res.OursNoLogs, res.NoLogsCPU)
+	}
 	if e.cfg.OursOnly {
 		e.progress("throughput %s: ours %.0f/s, CPU per row %s", sc.name, res.Ours, res.OursCPU)
 		return res, nil
@@ -167,6 +186,21 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	e.progress("throughput %s: CPU per row: ours %s, seed %s, pool %s, set %s",
 		sc.name, res.OursCPU, res.SeedCPU, res.PoolCPU, res.SetCPU)
 	return res, nil
+}
+
+// runOursGIN is runOurs, and what the run grew river_job's GIN indexes by
+// (measured once the fleet has stopped, its completions written).
+func (e *env) runOursGIN(ctx context.Context, fc fleet.Config, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, CPUCost, ginSize, error) {
+	base, err := e.riverJobGIN(ctx)
+	if err != nil {
+		return 0, "", CPUCost{}, ginSize{}, err
+	}
+	rate, stats, cpu, err := e.runOurs(ctx, fc, reconciler, due, remaining)
+	if err != nil {
+		return 0, "", CPUCost{}, ginSize{}, err
+	}
+	after, err := e.riverJobGIN(ctx)
+	return rate, stats, cpu, after.less(base), err
 }
 
 // runOurs starts one fleet process, its connections warmed (see warm), and
