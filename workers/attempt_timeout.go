@@ -73,6 +73,6 @@ func (w *attemptExpireWorker) Work(ctx context.Context, job *river.Job[jobs.Atte
 	} else {
 		logs.proc.Debug("attempt timed out", "outcome", outcome, "event_id", res.EventID, "completion_event_id", res.CompletionEventID)
 	}
-	logs.job.Info("attempt timed out", "outcome", outcome, "lease_event_id", res.EventID, "completion_event_id", res.CompletionEventID)
+	logs.job.Info("attempt timed out", "outcome", outcome)
 	return nil
 }

@@ -55,8 +55,7 @@ func (w *cancelDispatchWorker) Work(ctx context.Context, job *river.Job[jobs.Can
 	if res.Outcome == store.DispatchOutsideTenant {
 		return w.d.outsideTenant(CancelDispatch, a.Partition, log)
 	}
-	jobLog(ctx).Info("sibling-cancel dispatch", "partition", a.Partition, "flow_id", a.FlowID,
-		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String(), "siblings_cancelled", res.Cancelled)
+	jobLog(ctx).Info("sibling-cancel dispatch", "outcome", res.Outcome.String(), "siblings_cancelled", res.Cancelled)
 	if len(res.BadMembers) > 0 {
 		c.Skipped.Add(int64(len(res.BadMembers)))
 		log.Warn("edge group lists members that are not UUIDs; skipped them", "bad_members", res.BadMembers)

@@ -45,8 +45,7 @@ func (w *cancelReconcileWorker) Work(ctx context.Context, job *river.Job[jobs.Ca
 	if res.Outcome == store.ReconcileOutsideTenant {
 		return w.d.outsideTenant(CancelReconcile, a.Partition, log)
 	}
-	jobLog(ctx).Info("pending cancel group reconciled", "partition", a.Partition, "flow_id", a.FlowID,
-		"downstream_eid", a.DownstreamEID, "outcome", res.Outcome.String())
+	jobLog(ctx).Info("pending cancel group reconciled", "outcome", res.Outcome.String())
 	if len(res.BadMembers) > 0 && res.Changed() {
 		// Warned once, when the group is settled, not at every pass that
 		// leaves it to the dispatcher (which warns on its own).

@@ -90,7 +90,7 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 		}
 		w.d.applied(DelayedPromotion, deadline)
 		log.Debug("promoted delayed execution to eligible_now")
-		jobLog(ctx).Info("promoted delayed execution to eligible_now", "execution", target.String(), "delay_until_ms", deadline)
+		jobLog(ctx).Info("promoted delayed execution to eligible_now")
 		return nil
 	}
 	if err := w.d.checkTenant(ctx, DelayedPromotion, target.Partition, store.DueRow{ID: target.UUID}, log); err != nil {
@@ -119,7 +119,7 @@ func (w *promoteWorker) Work(ctx context.Context, job *river.Job[jobs.PromoteArg
 	}
 	log.Debug("nothing to promote", "outcome", string(res.Outcome), "lifecycle_phase", res.LifecyclePhase,
 		"eligibility_state", res.EligibilityState, "deadline_at_ms", res.DeadlineAtMs)
-	jobLog(ctx).Info("nothing to promote", "execution", target.String(), "outcome", string(res.Outcome))
+	jobLog(ctx).Info("nothing to promote", "outcome", string(res.Outcome))
 	return nil
 }
 

@@ -87,7 +87,7 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 	case store.CompletionAlreadyDispatched:
 		c.NoOp(NoOpNoLongerDue)
 		log.Debug("completion event already dispatched or gone; nothing to do")
-		jobLog(ctx).Info("completion event already dispatched or gone", "partition", a.Partition, "event_id", a.EventID)
+		jobLog(ctx).Info("completion event already dispatched or gone")
 		return nil
 	}
 	if len(res.SkipEvents()) > 0 {
@@ -120,8 +120,7 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 		}
 		decisions = append(decisions, h.Decision.String())
 	}
-	jobLog(ctx).Info("completion event dispatched", "partition", a.Partition, "event_id", a.EventID,
-		"execution_id", res.ExecutionID, "outcome", res.EventOutcome, "edges", len(res.Hops), "decisions", decisions,
+	jobLog(ctx).Info("completion event dispatched", "execution_id", res.ExecutionID, "outcome", res.EventOutcome, "edges", len(res.Hops), "decisions", decisions,
 		"skip_events", res.SkipEvents())
 	log.Debug("completion event dispatched", "edges", len(res.Hops), "decisions", decisions)
 	return nil

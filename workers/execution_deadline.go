@@ -55,7 +55,6 @@ func (w *deadlineExpireWorker) Work(ctx context.Context, job *river.Job[jobs.Dea
 		logs.proc.Debug("execution expired at its deadline", "attempt_interrupted", res.AttemptInterrupted,
 			"event_id", res.EventID, "completion_event_id", res.CompletionEventID)
 	}
-	logs.job.Info("execution expired at its deadline", "attempt_interrupted", res.AttemptInterrupted,
-		"lease_event_id", res.EventID, "completion_event_id", res.CompletionEventID)
+	logs.job.Info("execution expired at its deadline", "attempt_interrupted", res.AttemptInterrupted)
 	return nil
 }

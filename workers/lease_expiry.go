@@ -58,7 +58,6 @@ func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.Lease
 	default:
 		logs.proc.Debug("released expired lease", "execution_flipped", res.ExecFlipped, "event_id", res.EventID)
 	}
-	logs.job.Info("released expired lease", "execution_flipped", res.ExecFlipped, "execution_missing", res.ExecMissing,
-		"lease_event_id", res.EventID)
+	logs.job.Info("released expired lease", "execution_flipped", res.ExecFlipped, "execution_missing", res.ExecMissing)
 	return nil
 }

@@ -131,7 +131,9 @@ func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (
 	attrs := append([]any{"partition", a.partition}, a.attrs...)
 	logs := rowLogs{
 		proc: d.log().With(append([]any{"reconciler", a.r.Name, "job_id", a.job.ID}, attrs...)...),
-		job:  jobLog(ctx).With(attrs...),
+		// The row's ids are the job's args, beside its log in River UI
+		// (see the fleet's job log).
+		job: jobLog(ctx),
 	}
 	if !a.changed(res) {
 		if err := d.checkTenant(ctx, a.r, a.partition, a.row, logs.proc); err != nil {

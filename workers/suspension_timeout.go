@@ -50,8 +50,8 @@ func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.S
 		return err
 	}
 	logs.job.Info("suspension timed out", "timeout_behavior", res.Behavior, "action", res.Action,
-		"completion_event_id", res.EventID, "execution_missing", res.ExecMissing)
-	log := logs.proc.With("timeout_behavior", res.Behavior, "action", res.Action)
+		"execution_missing", res.ExecMissing)
+	log := logs.proc.With("timeout_behavior", res.Behavior, "action", res.Action, "completion_event_id", res.EventID)
 	if res.UnknownBehavior {
 		log.Warn("unknown suspension timeout behaviour; applied as fail")
 	}

@@ -607,9 +607,15 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	}
 	if !cfg.DisableJobLogs {
 		// Row workers write one line per action to the job's own log, kept
-		// in its metadata (capped) and shown in River UI.
+		// in its metadata (capped) and shown in River UI: what the action
+		// did, without a time (the attempt's, shown beside it) or the row's
+		// ids (the job's args, on the same page). River's GIN index over
+		// metadata keeps an entry for every distinct value it ever held, so
+		// a line of the same few words for a million jobs costs it a
+		// posting list, where a line naming its row cost an entry per job
+		// (docs/performance.md, "The soak: what grows").
 		middleware = append(middleware, riverlog.NewMiddleware(func(w io.Writer) slog.Handler {
-			return slog.NewTextHandler(w, nil)
+			return slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: dropTime})
 		}, &riverlog.MiddlewareConfig{MaxSizeBytes: 4096}))
 	}
 	queues := map[string]river.QueueConfig{
@@ -895,4 +901,12 @@ func (o observers) Lateness(reconciler string, d time.Duration) {
 			x.Lateness(reconciler, d)
 		}
 	}
+}
+
+// dropTime leaves the time out of a job log line.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }
