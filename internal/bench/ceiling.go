@@ -84,9 +84,18 @@ func (w noopRowWorker) Work(context.Context, *river.Job[noopRowArgs]) error {
 
 // riverCeiling runs due no-op row jobs through a fleet of no reconcilers
 // and returns their rate, rows per second from the scans' insert to the
-// last row job completed, and what they grew river_job's GIN indexes by.
-func (e *env) riverCeiling(ctx context.Context, due int) (float64, ginSize, error) {
+// last row job completed. With gin, river_job's GIN indexes take entries
+// directly (ginDirect) and it also returns what the jobs grew them by (the
+// rate of such a run is not River's).
+func (e *env) riverCeiling(ctx context.Context, due int, gin bool) (float64, ginSize, error) {
 	if err := e.reset(ctx); err != nil {
+		return 0, ginSize{}, err
+	}
+	if !gin {
+		rate, err := e.runCeiling(ctx, due)
+		return rate, ginSize{}, err
+	}
+	if err := e.ginDirect(ctx); err != nil {
 		return 0, ginSize{}, err
 	}
 	base, err := e.riverJobGIN(ctx)

@@ -60,8 +60,9 @@ type ThroughputResult struct {
 	// shows (fleet.Config.DisableJobLogs): what that line costs. Zero
 	// when the benchmark's fleet has job logs off anyway.
 	OursNoLogs float64
-	// OursGIN and NoLogsGIN are what the runs of ours grew river_job's GIN
-	// indexes by.
+	// OursGIN and NoLogsGIN are what ours grew river_job's GIN indexes by,
+	// in runs of their own (see ginDirect). Like OursNoLogs, measured
+	// under the first commit mode only.
 	OursGIN, NoLogsGIN ginSize
 	OursStats          string
 	// CPU per row of each design: the whole machine's (client, backends
@@ -104,22 +105,37 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	if sc.configure != nil {
 		sc.configure(&fc)
 	}
-	rate, stats, oursCPU, gin, err := e.runOursGIN(ctx, fc, sc.name, due, remaining)
+	rate, stats, oursCPU, err := e.runOurs(ctx, fc, sc.name, due, remaining)
 	if err != nil {
 		return res, err
 	}
-	res.Ours, res.OursStats, res.OursCPU, res.OursGIN = rate, stats, oursCPU, gin
-	if !fc.DisableJobLogs {
+	res.Ours, res.OursStats, res.OursCPU = rate, stats, oursCPU
+	if e.rowCosts && !fc.DisableJobLogs {
 		if err := prepare(); err != nil {
 			return res, err
 		}
 		e.progress("throughput %s: ours without job logs", sc.name)
 		nl := fc
 		nl.DisableJobLogs = true
-		if res.OursNoLogs, _, res.NoLogsCPU, res.NoLogsGIN, err = e.runOursGIN(ctx, nl, sc.name, due, remaining); err != nil {
+		if res.OursNoLogs, _, res.NoLogsCPU, err = e.runOurs(ctx, nl, sc.name, due, remaining); err != nil {
 			return res, err
 		}
 		e.progress("throughput %s: without job logs %.0f/s, CPU per row %s", sc.name, res.OursNoLogs, res.NoLogsCPU)
+		for _, run := range []struct {
+			fc  fleet.Config
+			gin *ginSize
+		}{{fc, &res.OursGIN}, {nl, &res.NoLogsGIN}} {
+			if err := prepare(); err != nil {
+				return res, err
+			}
+			if err := e.ginDirect(ctx); err != nil {
+				return res, err
+			}
+			e.progress("throughput %s: river_job's GIN growth (job logs %v)", sc.name, !run.fc.DisableJobLogs)
+			if *run.gin, err = e.runOursGIN(ctx, run.fc, sc.name, due, remaining); err != nil {
+				return res, err
+			}
+		}
 	}
 	if e.cfg.OursOnly {
 		e.progress("throughput %s: ours %.0f/s, CPU per row %s", sc.name, res.Ours, res.OursCPU)
@@ -188,19 +204,19 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	return res, nil
 }
 
-// runOursGIN is runOurs, and what the run grew river_job's GIN indexes by
-// (measured once the fleet has stopped, its completions written).
-func (e *env) runOursGIN(ctx context.Context, fc fleet.Config, reconciler string, due int, remaining func(context.Context) (int, error)) (float64, string, CPUCost, ginSize, error) {
+// runOursGIN runs ours and returns what the run grew river_job's GIN
+// indexes by (measured once the fleet has stopped, its completions
+// written).
+func (e *env) runOursGIN(ctx context.Context, fc fleet.Config, reconciler string, due int, remaining func(context.Context) (int, error)) (ginSize, error) {
 	base, err := e.riverJobGIN(ctx)
 	if err != nil {
-		return 0, "", CPUCost{}, ginSize{}, err
+		return ginSize{}, err
 	}
-	rate, stats, cpu, err := e.runOurs(ctx, fc, reconciler, due, remaining)
-	if err != nil {
-		return 0, "", CPUCost{}, ginSize{}, err
+	if _, _, _, err := e.runOurs(ctx, fc, reconciler, due, remaining); err != nil {
+		return ginSize{}, err
 	}
 	after, err := e.riverJobGIN(ctx)
-	return rate, stats, cpu, after.less(base), err
+	return after.less(base), err
 }
 
 // runOurs starts one fleet process, its connections warmed (see warm), and
