@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
@@ -196,6 +198,20 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 	if logged != n {
 		t.Fatalf("%d release jobs carry a job log line; want %d", logged, n)
+	}
+	// All the same line: one naming its row, or with a time, costs
+	// River's GIN index over metadata an entry per job (see the fleet's job
+	// log).
+	var lines []string
+	rows, err := db.Pool.Query(t.Context(), `SELECT DISTINCT metadata->'river:log'->0->>'log' FROM river.river_job WHERE kind = $1`, jobs.KindLeaseRelease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1 {
+		t.Errorf("%d release jobs of one outcome log %d distinct lines; want one: %q", n, len(lines), lines)
 	}
 }
 
