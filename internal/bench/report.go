@@ -55,8 +55,13 @@ func (r *Report) Markdown() string {
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("# Benchmarks")
 	p("")
+	// An incomplete run's report is written where it failed.
+	finished := r.Finished
+	if finished.IsZero() {
+		finished = time.Now()
+	}
 	p("Produced by `%s` on %s (%s, %s).", r.Command, r.Started.UTC().Format("2006-01-02 15:04 MST"),
-		r.Machine, r.Finished.Sub(r.Started).Round(time.Second))
+		r.Machine, finished.Sub(r.Started).Round(time.Second))
 	p("The soak, 30 minutes of a mixed stream (`make soak`), is recorded in its own section, [Soak](#soak), at the end.")
 	p("Every comparison is a ratio of rates measured in the same run on the same data; absolute numbers on a shared")
 	p("2-core machine drift by ±25 %%. Postgres runs on the same machine as the worker. %s", ServerLine(r.Server))

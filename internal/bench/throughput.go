@@ -111,6 +111,11 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	}
 	res.Ours, res.OursStats, res.OursCPU = rate, stats, oursCPU
 	if e.rowCosts && !fc.DisableJobLogs {
+		// Only the run above is profiled (--cpu-profile): these would
+		// overwrite its profile.
+		prof := e.cfg.CPUProfile
+		e.cfg.CPUProfile = ""
+		defer func() { e.cfg.CPUProfile = prof }()
 		if err := prepare(); err != nil {
 			return res, err
 		}

@@ -28,8 +28,10 @@ import (
 const DefaultURL = "postgres://postgres@127.0.0.1:5432/ffreconcile?sslmode=disable"
 
 // cancelGrace is how long a connection whose statement's context ended
-// waits for the server to cancel it before the connection is closed.
-const cancelGrace = 3 * time.Second
+// waits for the server to cancel it before the connection is closed: long
+// enough for a busy server to fork the backend that takes the cancel
+// request, short beside a server that no longer answers at all.
+const cancelGrace = 10 * time.Second
 
 // DefaultAdminURL is the same server's maintenance database, for what
 // creates and drops databases of its own (tests, benchmarks).
