@@ -613,7 +613,8 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		// metadata keeps an entry for every distinct value it ever held, so
 		// a line of the same few words for a million jobs costs it a
 		// posting list, where a line naming its row cost an entry per job
-		// (docs/performance.md, "The soak: what grows").
+		// (docs/performance.md, "What a row job costs river_job's GIN
+		// indexes").
 		middleware = append(middleware, riverlog.NewMiddleware(func(w io.Writer) slog.Handler {
 			return slog.NewTextHandler(w, &slog.HandlerOptions{ReplaceAttr: dropTime})
 		}, &riverlog.MiddlewareConfig{MaxSizeBytes: 4096}))
