@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
@@ -137,8 +138,11 @@ func (c *cluster) pgctl(action string, args ...string) error {
 	return nil
 }
 
-func (c *cluster) url() string {
-	return "postgres://postgres@127.0.0.1:" + c.port + "/postgres?sslmode=disable"
+func (c *cluster) url() string { return c.urlFor("postgres") }
+
+// urlFor is the URL of c's database db.
+func (c *cluster) urlFor(db string) string {
+	return "postgres://postgres@127.0.0.1:" + c.port + "/" + db + "?sslmode=disable"
 }
 
 func tail(s string, n int) string {
@@ -147,25 +151,88 @@ func tail(s string, n int) string {
 }
 
 // TestDatabaseCrash crashes PostgreSQL (pg_ctl stop -m immediate: no
-// checkpoint, as a power cut) while leases fall due and a worker releases
-// them, restarts it, and leaves the worker running: it must come back by
+// checkpoint, as a power cut) while leases fall due and workers release
+// them, restarts it, and leaves the workers running: each must come back by
 // itself (its pools reconnect, River re-elects and rescues the jobs the
 // crash interrupted), release every lease whose row survived, and write
-// exactly one `expired` event per lease, under --synchronous-commit on and
-// off. With off, a commit acknowledged just before the crash can be lost
-// with its event; the lease is then expired again and released again, so
-// the count is still one. A regression shows as a worker that exits or
-// never recovers, a lease left expired, or a second event for a lease (an
-// action applied twice) or none.
+// exactly one `expired` event per lease. Two workers live through the same
+// crash, each on a database of its own: one under --synchronous-commit on,
+// one under off. With off, a commit acknowledged just before the crash can
+// be lost with its event; the lease is then expired again and released
+// again, so the count is still one. A regression shows as a worker that
+// exits or never recovers, a lease left expired, or a second event for a
+// lease (an action applied twice) or none.
 //
 // It runs beside the package's other parallel tests: its cluster is its own.
-// Alone it takes about 40 s (initdb and the migration about 10 s, each
-// setting about 13 s).
+// The second database is a copy of the first (CREATE DATABASE … TEMPLATE),
+// so the 256-partition migration runs once, and the two settings share one
+// crash and one wait for River's rescuer: about 35 s alone (initdb and the
+// migration about 10 s, the crash and recovery about 25 s).
 func TestDatabaseCrash(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t)
 	ctx := context.Background()
-	pool, err := dbconn.Open(ctx, c.url(), dbconn.Options{MaxConns: 4})
+	migrateAndCopy(t, c, "crash_on", "crash_off")
+	pool, err := dbconn.Open(ctx, c.url(), dbconn.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durableFromNow(t, pool)
+	pool.Close()
+	bin := workerBinary(t)
+
+	runs := []*crashRun{{commit: "on", db: "crash_on"}, {commit: "off", db: "crash_off"}}
+	for _, r := range runs {
+		r.p = newProc(t, bin, c.urlFor(r.db), "crash-"+r.commit, "--reconcilers", "lease_expiry",
+			"--synchronous-commit", r.commit, "--rescue-stuck-jobs-after", "21s")
+		if err := r.p.startReady(60 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.p.stop() })
+	}
+
+	// Feed leases expiring half a second after their insert, 20 per
+	// 100 ms into each database, for 6 s; crash the server 2 s in, restart
+	// it a second later. Inserts fail while it is down; only committed rows
+	// count, and the checks below read them from the database, not from the
+	// feeders.
+	for _, r := range runs {
+		r.feed(t, c)
+	}
+	time.Sleep(2 * time.Second)
+	crashedAt := time.Now()
+	if err := c.pgctl("stop", "-m", "immediate"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if err := c.pgctl("start"); err != nil {
+		t.Fatal(err)
+	}
+	restartedAt := time.Now()
+	for _, r := range runs {
+		<-r.feedDone
+	}
+	for _, r := range runs {
+		t.Run("SynchronousCommit"+strings.ToUpper(r.commit[:1])+r.commit[1:], func(t *testing.T) {
+			r.check(t, c, restartedAt.Sub(crashedAt), restartedAt)
+		})
+	}
+}
+
+// migrateAndCopy migrates a database of c's from nothing, as `worker
+// migrate --ff-schema` does, and copies it into each of names.
+func migrateAndCopy(t *testing.T, c *cluster, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, c.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, `CREATE DATABASE migrated`); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := dbconn.Open(ctx, c.urlFor("migrated"), dbconn.Options{MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,48 +248,40 @@ func TestDatabaseCrash(t *testing.T) {
 	if _, err := migrations.ApplyFF(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	durableFromNow(t, pool)
-	pool.Close()
-	bin := workerBinary(t)
-	for _, commit := range []string{"on", "off"} {
-		t.Run("SynchronousCommit"+strings.ToUpper(commit[:1])+commit[1:], func(t *testing.T) {
-			crashWhileReleasing(t, c, bin, commit)
-		})
+	pool.Close() // a template database takes no other connection
+	for _, name := range names {
+		// FILE_COPY copies the files instead of logging every block of
+		// ~25,000 relations through WAL (PostgreSQL 15's default).
+		if _, err := admin.Exec(ctx, `CREATE DATABASE `+name+` TEMPLATE migrated STRATEGY FILE_COPY`); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
-func crashWhileReleasing(t *testing.T, c *cluster, bin, commit string) {
-	ctx := context.Background()
-	newPool := func() *pgxpool.Pool {
-		p, err := dbconn.Open(ctx, c.url(), dbconn.Options{MaxConns: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	pool := newPool()
-	if _, err := pool.Exec(ctx, `TRUNCATE ff_exec_core, ff_attempt, ff_lease_event`); err != nil {
-		t.Fatal(err)
-	}
-	p := newProc(t, bin, c.url(), "crash-"+commit, "--reconcilers", "lease_expiry",
-		"--synchronous-commit", commit, "--rescue-stuck-jobs-after", "21s")
-	if err := p.startReady(60 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	defer p.stop()
+// crashRun is one worker and its feed through TestDatabaseCrash's crash.
+type crashRun struct {
+	commit, db string
+	p          *proc
+	failed     atomic.Int64
+	feedDone   chan struct{}
+}
 
-	// Feed leases expiring half a second after their insert, 20 per
-	// 100 ms, for 6 s; crash the server 2 s in, restart it a second later.
-	// Inserts fail while it is down; only committed rows count, and the
-	// checks below read them from the database, not from the feeder.
-	var failed atomic.Int64
-	feedDone := make(chan struct{})
+// feed inserts leases into r's database for 6 s, counting the inserts that
+// fail (the server is down for one of those seconds).
+func (r *crashRun) feed(t *testing.T, c *cluster) {
+	t.Helper()
+	ctx := context.Background()
+	pool, err := dbconn.Open(ctx, c.urlFor(r.db), dbconn.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.feedDone = make(chan struct{})
 	go func() {
-		defer close(feedDone)
-		fp := pool
+		defer close(r.feedDone)
+		defer pool.Close()
 		stop := time.Now().Add(6 * time.Second)
 		for time.Now().Before(stop) {
-			_, err := fp.Exec(ctx, `
+			_, err := pool.Exec(ctx, `
 				WITH ex AS (
 				    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
 				           eligibility_state, public_state, attempt_state, created_at_ms)
@@ -234,24 +293,21 @@ func crashWhileReleasing(t *testing.T, c *cluster, bin, commit string) {
 				INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
 				SELECT partition_key, execution_id, 0, 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 500 FROM ex`)
 			if err != nil {
-				failed.Add(1)
+				r.failed.Add(1)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
-	time.Sleep(2 * time.Second)
-	crashedAt := time.Now()
-	if err := c.pgctl("stop", "-m", "immediate"); err != nil {
+}
+
+// check waits for every lease of r's database to be released, then checks
+// each has exactly one expired event and the worker never exited.
+func (r *crashRun) check(t *testing.T, c *cluster, down time.Duration, restartedAt time.Time) {
+	ctx := context.Background()
+	pool, err := dbconn.Open(ctx, c.urlFor(r.db), dbconn.Options{MaxConns: 2})
+	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if err := c.pgctl("start"); err != nil {
-		t.Fatal(err)
-	}
-	restartedAt := time.Now()
-	<-feedDone
-	pool.Close()
-	pool = newPool()
 	defer pool.Close()
 
 	var leases, expired int
@@ -259,7 +315,7 @@ func crashWhileReleasing(t *testing.T, c *cluster, bin, commit string) {
 		if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE lease_expires_at_ms IS NOT NULL) FROM ff_attempt`).Scan(&leases, &expired); err != nil {
 			return false, fleettest.Statusf("read: %v", err)
 		}
-		return leases > 0 && expired == 0, fleettest.Statusf("%d of %d leases still expired; worker log:\n%s", expired, leases, p.logTail(5))
+		return leases > 0 && expired == 0, fleettest.Statusf("%d of %d leases still expired; worker log:\n%s", expired, leases, r.p.logTail(5))
 	})
 	var none, twice int
 	if err := pool.QueryRow(ctx, `
@@ -272,14 +328,14 @@ func crashWhileReleasing(t *testing.T, c *cluster, bin, commit string) {
 	if none != 0 || twice != 0 {
 		t.Errorf("%d leases: %d without an expired event, %d with more than one; want exactly one each", leases, none, twice)
 	}
-	if failed.Load() == 0 {
+	if r.failed.Load() == 0 {
 		t.Error("no insert failed while the server was down: the crash did not happen as planned")
 	}
-	if ex := p.unexpectedExits(); len(ex) > 0 {
+	if ex := r.p.unexpectedExits(); len(ex) > 0 {
 		t.Errorf("the worker exited on its own: %v", ex)
 	}
 	t.Logf("synchronous_commit %s: %d leases released with one event each; server down %s, %d feeds failed meanwhile; all released %s after the restart",
-		commit, leases, restartedAt.Sub(crashedAt).Round(time.Millisecond), failed.Load(), time.Since(restartedAt).Round(time.Millisecond))
+		r.commit, leases, down.Round(time.Millisecond), r.failed.Load(), time.Since(restartedAt).Round(time.Millisecond))
 }
 
 // durableFromNow turns fsync on (a reload is enough) and checkpoints, so
