@@ -167,9 +167,12 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			// ahead: however late the next tick, the row is not yet due.
 			deadline := freezeUntilEnqueuedAhead(f, c) + 2500
 			soon := tt.insert(t, db.Pool, 5, deadline)
+			// The scan counts the row job after its insert commits: the
+			// test can see the job before the count (a loaded run saw Enqueued 1,
+			// EnqueuedAhead 0 here), so it waits for both.
 			fleettest.WaitFor(t, 30*time.Second, "the row due soon enqueued ahead despite the busy partition", func() (bool, string) {
 				state, _ := jobOf(soon)
-				return state != "", fleettest.Statusf("%+v", c.Snapshot())
+				return state != "" && c.EnqueuedAhead.Load() > 0, fleettest.Statusf("job state %q; %+v", state, c.Snapshot())
 			})
 			if _, at := jobOf(soon); !at.Equal(time.UnixMilli(deadline + 1)) {
 				t.Fatalf("row job scheduled at %s; want %s", at, time.UnixMilli(deadline+1))
