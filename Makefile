@@ -66,7 +66,7 @@ test: lint
 	@PROMTOOL=$$(./scripts/ensure-promtool.sh); export PROMTOOL; \
 	url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
 	echo "testing against $$url ($(TEST_P) packages x $(TEST_PARALLEL) tests at a time)"; \
-	TEST_DATABASE_URL="$$url" $(GO) test -json -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 20m ./... \
+	TEST_DATABASE_URL="$$url" FF_TESTDB_REUSE=1 $(GO) test -json -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 20m ./... \
 	  | $(GO) run ./internal/cmd/testreport
 
 ## test-fleet: the long chaos test: 3 real worker processes, ~90 s of feed, kills and backend terminations,

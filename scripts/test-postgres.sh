@@ -5,7 +5,8 @@
 #            stderr): TEST_DATABASE_URL when set; otherwise a private cluster
 #            (in /dev/shm or .data/test-postgres, below), initialised on first
 #            use and started on a free port, tuned for tests.
-#   stop     stop the private cluster, if this script started it.
+#   stop     drop the test databases left offered for reuse, then stop the
+#            private cluster, if this script started it.
 #   datadir  print the private cluster's data directory.
 #
 # Why a private cluster. Tests only need a real PostgreSQL, not a durable
@@ -104,12 +105,31 @@ CONF
   url "$port"
 }
 
+# drop_offered URL: drop the test databases testdb emptied and offered for
+# reuse (ffr_f_*, see internal/testdb/reuse.go) that no test claimed before
+# the run ended: ~200 MB each.
+drop_offered() {
+  local psql names n
+  psql="$(pg_bindir)/psql"
+  if ! names=$("$psql" "$1" -XAtqc "SELECT datname FROM pg_database WHERE starts_with(datname, 'ffr_f_')"); then
+    log "could not list the test databases offered for reuse (ffr_f_*); they stay until the next run claims them"
+    return 0
+  fi
+  for n in $names; do
+    "$psql" "$1" -Xqc "DROP DATABASE IF EXISTS \"$n\" WITH (FORCE)" >/dev/null || log "could not drop $n"
+  done
+}
+
 stop() {
-  [ -n "${TEST_DATABASE_URL:-}" ] && return
+  if [ -n "${TEST_DATABASE_URL:-}" ]; then
+    drop_offered "$TEST_DATABASE_URL"
+    return
+  fi
   [ -f "$datadir/PG_VERSION" ] || return 0
   local bin
   bin=$(pg_bindir)
   if pg_run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
+    drop_offered "$(url "$(sed -n 4p "$datadir/postmaster.pid")")"
     pg_run_as "$bin/pg_ctl" -D "$datadir" -m fast -w stop >/dev/null
     log "test cluster stopped"
   fi

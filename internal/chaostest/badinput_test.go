@@ -310,6 +310,7 @@ func badCases() []badCase {
 // is due, that every good row proceeds, and that every row job ends
 // completed (or cancelled/discarded with its reason), none left to retry.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	db := testdb.New(t)
 	cases := badCases()
 	type seeded struct {
@@ -778,6 +779,7 @@ func (h *warnHandler) WithGroup(name string) slog.Handler {
 // exit non-zero with one clear line on stderr that never shows the
 // password.
 func TestBadConfiguration(t *testing.T) {
+	t.Parallel()
 	const secret = "chaos-sekret-7"
 	noFF := testdb.NewEmpty(t)
 	// River's tables only: `worker run` must then name the missing ff_*

@@ -148,6 +148,7 @@ type chaosReport struct {
 // has drained, that the pinned job was taken over (not rescued by River)
 // and completed, and that every row was acted on exactly once.
 func TestFleetChaos(t *testing.T) {
+	t.Parallel()
 	plan, form := shortPlan, "short"
 	if os.Getenv("FF_CHAOS_LONG") != "" {
 		plan, form = longPlan, "long"

@@ -12,18 +12,12 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Leftovers. Every test database is dropped when its test ends. Databases
-// are named ffr_t_<pid>_<random>, and the first database a process creates
-// drops those of processes no longer running (a test binary killed before
-// its cleanups ran).
-//
-// Test databases are not reused. Emptying one costs more than cloning a
-// fresh one: a DELETE on a 256-partition table is planned over every
-// partition and its indexes (~0.7 s idle, several seconds under the
-// parallel suite; 1,182 s of the store package's 2,034 s of statement time
-// went to them when databases were reused), while a clone (STRATEGY
-// FILE_COPY) and its drop take ~0.7 s and ~0.6 s on the tmpfs cluster of
-// scripts/test-postgres.sh.
+// Leftovers. Every test database is dropped when its test ends, or, with
+// reuse (reuse.go), emptied and offered to a later test. Databases are named
+// ffr_t_<pid>_<random>, and the first database a process creates drops
+// those of processes no longer running (a test binary killed before its
+// cleanups ran). Offered databases (ffr_f_*) left at the end of a run are
+// dropped by scripts/test-postgres.sh stop.
 
 var sweepOnce sync.Once
 

@@ -77,6 +77,10 @@ type DB struct {
 	Name string
 	URL  string
 	Pool *pgxpool.Pool
+
+	// With reuse (see reuse.go): the template it is a clone of, and a
+	// transaction id no later than the moment it became the test's.
+	template, since string
 }
 
 // New creates a fresh database for t, migrated with River (schema
@@ -86,16 +90,22 @@ func New(t testing.TB) *DB {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
+	// The template has no open connections (ensureTemplate closes its own), so
+	// many tests may clone it at once.
+	return create(t, ctx, schemaTemplate(t, ctx))
+}
+
+// schemaTemplate returns the name of the template New clones, building it once
+// per server and DDL version.
+func schemaTemplate(t testing.TB, ctx context.Context) string {
+	t.Helper()
 	templateOnce.Do(func() {
 		templateName, templateErr = ensureTemplate(ctx, "ffr_tmpl_", migrations.Fingerprint(), migrateInto)
 	})
 	if templateErr != nil {
 		t.Fatalf("testdb: build template database: %v", templateErr)
 	}
-
-	// The template has no open connections (ensureTemplate closes its own), so
-	// many tests may clone it at once.
-	return create(t, ctx, templateName)
+	return templateName
 }
 
 // NewEmpty creates a database with nothing in it (no River, no ff tables)
@@ -112,7 +122,13 @@ func NewEmpty(t testing.TB) *DB {
 // and dropped when t ends.
 func create(t testing.TB, ctx context.Context, template string) *DB {
 	t.Helper()
-	name := clone(t, ctx, template)
+	return createReusing(t, ctx, template, template != "" && reuseEnabled())
+}
+
+// createReusing is create, reusing databases (reuse.go) when reuse is set.
+func createReusing(t testing.TB, ctx context.Context, template string, reuse bool) *DB {
+	t.Helper()
+	name, since := clone(t, ctx, template, reuse)
 	dbURL, err := WithDatabase(AdminURL(), name)
 	if err != nil {
 		dropDatabase(name)
@@ -124,15 +140,29 @@ func create(t testing.TB, ctx context.Context, template string) *DB {
 		dropDatabase(name)
 		t.Fatalf("testdb: %v", err)
 	}
+	db := &DB{Name: name, URL: dbURL, Pool: pool, template: template, since: since}
+	if reuse {
+		if err := readPristine(ctx, template, db); err != nil {
+			pool.Close()
+			dropDatabase(name)
+			t.Fatalf("testdb: read database %s as its template left it: %v", name, err)
+		}
+	}
 	t.Cleanup(func() {
 		pool.Close()
-		dropDatabase(name)
+		if reuse {
+			release(db)
+		} else {
+			dropDatabase(name)
+		}
 	})
-	return &DB{Name: name, URL: dbURL, Pool: pool}
+	return db
 }
 
-// clone creates a new database from template.
-func clone(t testing.TB, ctx context.Context, template string) string {
+// clone creates a new database from template, or with reuse claims one
+// emptied by an earlier test (see reuse.go). since is a transaction id no
+// later than the database became the test's.
+func clone(t testing.TB, ctx context.Context, template string, reuse bool) (name, since string) {
 	t.Helper()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
@@ -140,7 +170,12 @@ func clone(t testing.TB, ctx context.Context, template string) string {
 	}
 	defer admin.Close(ctx)
 	sweepDead(ctx, admin)
-	name := newName()
+	if reuse {
+		if name, since := claim(ctx, admin, template); name != "" {
+			return name, since
+		}
+	}
+	name = newName()
 	options := ""
 	if template != "" {
 		options = " TEMPLATE " + pgx.Identifier{template}.Sanitize()
@@ -155,7 +190,13 @@ func clone(t testing.TB, ctx context.Context, template string) string {
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testdb: create database %s: %v", name, err)
 	}
-	return name
+	if reuse {
+		if err := admin.QueryRow(ctx, currentXidSQL).Scan(&since); err != nil {
+			dropDatabase(name)
+			t.Fatalf("testdb: %v", err)
+		}
+	}
+	return name, since
 }
 
 // fileCopyStrategy reports whether CREATE DATABASE on admin's server takes

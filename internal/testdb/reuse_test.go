@@ -1,0 +1,162 @@
+package testdb
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestEmptyOffersOnlyWhatItCanClean: a database a test wrote rows into
+// (partitions, River's jobs, sequences) is emptied back to its template's
+// state; one whose catalogs, statistics, settings or template rows the test
+// changed is refused, and so is one a connection is still open to. A
+// regression shows as a later test seeing an earlier test's rows or objects
+// (a case below emptied), or as no database ever reused (the first case
+// refused).
+func TestEmptyOffersOnlyWhatItCanClean(t *testing.T) {
+	t.Parallel()
+	const insertExecs = `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		eligibility_state, public_state, attempt_state, created_at_ms)
+		SELECT (g % 256)::smallint, gen_random_uuid(), 'l', 'active', 'leased', 'not_applicable', 'running', 'running_attempt', 1
+		FROM generate_series(1, 300) g`
+	for _, tt := range []struct {
+		name  string
+		stmts []string
+		open  bool   // keep a connection open
+		want  string // "" when emptied, else in the error
+	}{
+		{name: "NothingWritten"},
+		{name: "RowsJobsAndSequences", stmts: []string{
+			insertExecs,
+			`INSERT INTO ff_lease_event (execution_id, partition_key, event_type, occurred_at_ms) VALUES ('x', 3, 'expired', 1)`,
+			`INSERT INTO river.river_job (kind, args, queue, state, max_attempts) VALUES ('k', '{}', 'q', 'available', 1)`,
+			`DELETE FROM ff_exec_core WHERE partition_key < 10`,
+		}},
+		{name: "TableCreated", stmts: []string{`CREATE TABLE made_by_a_test (x int)`}, want: "catalogs hold"},
+		{name: "IndexDropped", stmts: []string{`DROP INDEX ffreconcile_exec_core_terminal_idx`}, want: "catalogs hold"},
+		{name: "Commented", stmts: []string{`COMMENT ON TABLE ff_attempt IS 'x'`}, want: "catalogs hold"},
+		{name: "ColumnDefaultChanged", stmts: []string{`ALTER TABLE ff_attempt ALTER COLUMN lease_epoch SET DEFAULT 7`}, want: "catalog"},
+		{name: "Granted", stmts: []string{`GRANT SELECT ON ff_attempt TO PUBLIC`}, want: "a catalog row was written"},
+		{name: "Analyzed", stmts: []string{insertExecs, `ANALYZE ff_exec_core`}, want: "vacuumed or analyzed"},
+		{name: "EmptyTableVacuumed", stmts: []string{`VACUUM ff_attempt_p0`}, want: "vacuumed or analyzed"},
+		{name: "TemplateRowsChanged", stmts: []string{`DELETE FROM river.river_migration WHERE version = (SELECT max(version) FROM river.river_migration)`}, want: "river_migration written"},
+		{name: "DatabaseSetting", stmts: []string{`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET work_mem = ''8MB''', current_database()); END $$`}, want: "catalogs hold"},
+		{name: "TempTable", stmts: []string{`CREATE TEMP TABLE scratch (x int)`}, want: "catalogs hold"},
+		{name: "ConnectionLeftOpen", open: true, want: "connections left"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := createReusing(t, ctx, schemaTemplate(t, ctx), true)
+			for _, s := range tt.stmts {
+				if _, err := db.Pool.Exec(ctx, s); err != nil {
+					t.Fatalf("%s: %v", s, err)
+				}
+			}
+			if tt.open {
+				conn, err := pgx.Connect(ctx, db.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(ctx)
+			}
+			db.Pool.Close()
+
+			err := empty(ctx, db)
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("empty = %v; want an error saying %q", err, tt.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("empty: %v", err)
+			}
+			conn, err := pgx.Connect(ctx, db.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(ctx)
+			var execs, events, jobs, sequences int
+			if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_exec_core), (SELECT count(*) FROM ff_lease_event),
+				(SELECT count(*) FROM river.river_job), (SELECT count(*) FROM pg_sequences WHERE last_value IS NOT NULL)`).
+				Scan(&execs, &events, &jobs, &sequences); err != nil {
+				t.Fatal(err)
+			}
+			if execs+events+jobs+sequences != 0 {
+				t.Fatalf("after empty: %d executions, %d lease events, %d River jobs, %d sequences used; want none", execs, events, jobs, sequences)
+			}
+			var fp string
+			if err := conn.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
+				t.Fatal(err)
+			}
+			if want := pristines[db.template].fingerprint; fp != want {
+				t.Fatalf("after empty the catalogs hold %s rows; its template %s", fp, want)
+			}
+		})
+	}
+}
+
+// TestClaimGivesAnOfferedDatabaseToOneClaimant: claimants racing for one
+// offered database (several test binaries ask for a clone at once) get it
+// once; the others get nothing and clone. A regression shows as two tests
+// sharing a database.
+func TestClaimGivesAnOfferedDatabaseToOneClaimant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A template name of this test's own, so no other test binary claims
+	// the offered database.
+	template := "ffr_tmpl_claim_" + randomSuffix()
+	offered := NewEmpty(t)
+	offered.Pool.Close()
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	free := freePrefix(template) + randomSuffix()
+	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{offered.Name}.Sanitize()+" RENAME TO "+pgx.Identifier{free}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		claims []string
+	)
+	for range 4 {
+		wg.Go(func() {
+			conn, err := pgx.Connect(ctx, AdminURL())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer conn.Close(ctx)
+			if name, since := claim(ctx, conn, template); name != "" {
+				if since == "" {
+					t.Errorf("claimed %s without a transaction id", name)
+				}
+				mu.Lock()
+				claims = append(claims, name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, n := range claims {
+		dropDatabase(n)
+	}
+	if len(claims) != 1 {
+		t.Fatalf("claims %v; want exactly one", claims)
+	}
+	var left bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE starts_with(datname, $1))`, freePrefix(template)).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left {
+		t.Fatal("the offered database is still offered after it was claimed")
+	}
+}
