@@ -360,10 +360,13 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 		return "", fmt.Errorf("connect to %s: %w", redactedAdmin(), err)
 	}
 	defer admin.Close(ctx)
-	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(hashtext('ffreconcile.testdb.template'))`); err != nil {
+	// A lock per prefix: the two flavours' templates build side by side
+	// (each is one connection's DDL, one core's work for ~20 s).
+	lock := "ffreconcile.testdb.template." + prefix
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(hashtext($1))`, lock); err != nil {
 		return "", err
 	}
-	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext('ffreconcile.testdb.template'))`) //nolint:errcheck
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1))`, lock) //nolint:errcheck
 
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
