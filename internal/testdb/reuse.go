@@ -26,12 +26,12 @@ import (
 //     (Emptying by DELETE through the parents, tried before, cost more than
 //     a clone: each DELETE was planned over all 256 partitions.)
 //   - A database is offered again only when it is as its template left it:
-//     no catalog row written since the test got it (a CREATE, ALTER,
-//     COMMENT, GRANT or ANALYZE writes one), the same number of rows in each
-//     catalog (a DROP leaves none behind), no table vacuumed or analyzed
-//     (either changes pg_class's planner statistics in place), every
-//     sequence unused, and no row changed in a table the template filled. Anything else, or a
-//     connection still open, and it is dropped as before.
+//     no catalog written since the test got it (any CREATE, ALTER, DROP,
+//     COMMENT, GRANT or ANALYZE writes one; the same statistics count it),
+//     the same number of rows in the main catalogs, no table vacuumed or
+//     analyzed (either sets pg_class's planner statistics in place), every
+//     sequence unused, no row changed in a table the template filled, and
+//     no connection left. Anything else and it is dropped as before.
 //   - Offered databases are named ffr_f_<template>_<random>; a test claims
 //     one by renaming it to its own ffr_t_<pid>_<random> (a rename is
 //     atomic: two claimants cannot get the same one). scripts/test-postgres.sh
@@ -46,17 +46,19 @@ const ReuseEnv = "FF_TESTDB_REUSE"
 func reuseEnabled() bool { return os.Getenv(ReuseEnv) == "1" }
 
 // freePrefix is the name prefix of the databases offered for reuse that
-// were cloned from template.
+// were cloned from template. It carries the version of the emptying below,
+// so a database an older version offered is never claimed (stop drops it).
 func freePrefix(template string) string {
-	return "ffr_f_" + strings.TrimPrefix(template, "ffr_") + "_"
+	return "ffr_f_v2_" + strings.TrimPrefix(template, "ffr_") + "_"
 }
 
 // pristine is what a database cloned from one template looks like before
-// any test touched it, read once per process from the first such database
-// it gets (cloned or claimed, it is as the template left it).
+// any test touched it, read once per process from a new clone.
 type pristine struct {
+	disabled    bool // the server's statistics cannot tell what a test wrote
 	fingerprint string
 	filled      map[uint32]bool // tables with rows (river_migration)
+	statted     int64           // tables with planner statistics set
 }
 
 var (
@@ -64,96 +66,124 @@ var (
 	pristines  = map[string]*pristine{}
 )
 
-// fingerprintSQL sums up what a test could change in a database's catalogs
-// without leaving a row written after it got the database: the number of
-// rows of each catalog a DDL statement writes, the database's own settings
-// and the sequences used. (A TRUNCATE leaves a table's and its indexes'
-// planner statistics as an empty table's, not exactly as CREATE left them,
-// so pg_class's statistics are not compared; a VACUUM or ANALYZE that
-// changes them in place is found by its count instead.)
+// fingerprintSQL counts the rows of the catalogs a CREATE or DROP of a
+// table, index, sequence, type, function, constraint, trigger, comment or
+// statistic changes, the database's own settings (pg_db_role_setting is
+// shared: its changes are not counted in the database's statistics) and the
+// sequences used: a second net under writesSQL's count of catalog writes.
+// (pg_attribute and pg_depend, eight times the rest together, are left out:
+// whatever adds or removes their rows adds or removes rows counted here.)
 const fingerprintSQL = `
 SELECT concat_ws(' ',
-  (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_attribute), (SELECT count(*) FROM pg_namespace), (SELECT count(*) FROM pg_proc),
-  (SELECT count(*) FROM pg_type), (SELECT count(*) FROM pg_constraint), (SELECT count(*) FROM pg_index),
-  (SELECT count(*) FROM pg_trigger), (SELECT count(*) FROM pg_attrdef), (SELECT count(*) FROM pg_description),
-  (SELECT count(*) FROM pg_statistic), (SELECT count(*) FROM pg_depend), (SELECT count(*) FROM pg_rewrite),
-  (SELECT count(*) FROM pg_inherits), (SELECT count(*) FROM pg_sequence), (SELECT count(*) FROM pg_default_acl),
+  (SELECT count(*) FROM pg_class), (SELECT count(*) FROM pg_namespace), (SELECT count(*) FROM pg_proc),
+  (SELECT count(*) FROM pg_type), (SELECT count(*) FROM pg_constraint), (SELECT count(*) FROM pg_trigger),
+  (SELECT count(*) FROM pg_attrdef), (SELECT count(*) FROM pg_description), (SELECT count(*) FROM pg_statistic),
+  (SELECT count(*) FROM pg_rewrite), (SELECT count(*) FROM pg_sequence), (SELECT count(*) FROM pg_default_acl),
   (SELECT count(*) FROM pg_policy), (SELECT count(*) FROM pg_extension),
   (SELECT count(*) FROM pg_db_role_setting WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())),
   (SELECT count(*) FROM pg_sequences WHERE last_value IS NOT NULL))`
 
-// writtenSinceSQL tells whether a catalog row was written after xid $1 by
-// another transaction than this one (whose TRUNCATE and sequence restarts
-// write pg_class and pg_sequence rows).
-var writtenSinceSQL = func() string {
-	var b strings.Builder
-	b.WriteString(`WITH me AS (SELECT backend_xid AS x FROM pg_stat_activity WHERE pid = pg_backend_pid()) SELECT `)
-	for i, cat := range []string{"pg_class", "pg_attribute", "pg_namespace", "pg_proc", "pg_type", "pg_constraint",
-		"pg_index", "pg_trigger", "pg_attrdef", "pg_description", "pg_statistic", "pg_depend", "pg_rewrite",
-		"pg_inherits", "pg_sequence", "pg_default_acl", "pg_policy", "pg_extension"} {
-		if i > 0 {
-			b.WriteString(" OR ")
-		}
-		fmt.Fprintf(&b, "EXISTS (SELECT 1 FROM %s, me WHERE age(xmin) < age($1::text::xid) AND xmin IS DISTINCT FROM me.x)", cat)
-	}
-	return b.String()
-}()
+// writesSQL reads the database's cumulative statistics, which count every
+// row a table had inserted, updated or deleted since they were last reset
+// (when the database was offered; a new database starts at zero), catalogs
+// included: the user tables written (with their oids), the number of
+// catalogs written (any DDL, GRANT, COMMENT or ANALYZE writes one; shared
+// catalogs are left out, their counts are the whole server's), and the
+// number of user tables not written whose planner statistics are set (a
+// VACUUM or ANALYZE sets them in place, counted nowhere else; a TRUNCATE
+// puts a written table's back as CREATE left them). One pass over pg_class,
+// no table opened.
+const writesSQL = `
+SELECT COALESCE(array_agg(c.oid) FILTER (WHERE c.oid >= 16384 AND c.relkind = 'r' AND w.written), '{}'),
+       COALESCE(array_agg(c.oid::regclass::text) FILTER (WHERE c.oid >= 16384 AND c.relkind = 'r' AND w.written), '{}'),
+       COALESCE(array_agg(c.relname::text) FILTER (WHERE c.relnamespace = 'pg_catalog'::regnamespace AND NOT c.relisshared AND w.written), '{}'),
+       count(*) FILTER (WHERE c.oid >= 16384 AND NOT w.written AND (c.reltuples >= 0 OR c.relpages > 0 OR c.relallvisible > 0))
+  FROM pg_class c,
+       LATERAL (SELECT pg_stat_get_tuples_inserted(c.oid) + pg_stat_get_tuples_updated(c.oid)
+                     + pg_stat_get_tuples_deleted(c.oid) > 0 AS written) w
+ WHERE c.relkind IN ('r', 't')`
 
-// readPristine records, once per process and template, what db looks like
-// untouched.
-func readPristine(ctx context.Context, template string, db *DB) error {
+// pristineKnown reports whether this process has read what template's
+// clones look like untouched, and may reuse them.
+func pristineKnown(template string) bool {
 	pristineMu.Lock()
 	defer pristineMu.Unlock()
-	if pristines[template] != nil {
-		return nil
+	p := pristines[template]
+	return p != nil && !p.disabled
+}
+
+// readPristine records, once per process and template, what db, a new
+// clone, looks like untouched. It reports whether databases of template
+// can be reused: not where the server does not count what tests write
+// (track_counts off).
+func readPristine(ctx context.Context, template string, db *DB) bool {
+	pristineMu.Lock()
+	defer pristineMu.Unlock()
+	if p := pristines[template]; p != nil {
+		return !p.disabled
 	}
+	p, err := read(ctx, db)
+	if err != nil {
+		p = &pristine{disabled: true}
+	}
+	pristines[template] = p
+	return !p.disabled
+}
+
+func read(ctx context.Context, db *DB) (*pristine, error) {
 	p := &pristine{filled: map[uint32]bool{}}
 	if err := db.Pool.QueryRow(ctx, fingerprintSQL).Scan(&p.fingerprint); err != nil {
-		return fmt.Errorf("fingerprint: %w", err)
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	var (
+		oids     []uint32
+		tables   []string
+		catalogs []string
+		tracking string
+	)
+	if err := db.Pool.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &p.statted); err != nil {
+		return nil, fmt.Errorf("statistics: %w", err)
+	}
+	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('track_counts')`).Scan(&tracking); err != nil {
+		return nil, err
+	}
+	if tracking != "on" || len(oids) > 0 || len(catalogs) > 0 {
+		return nil, fmt.Errorf("track_counts %s, tables %v and catalogs %v written in a new database", tracking, tables, catalogs)
 	}
 	rows, err := db.Pool.Query(ctx, `SELECT oid FROM pg_class WHERE relkind = 'r'
 		AND relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace) AND pg_relation_size(oid) > 0`)
 	if err != nil {
-		return fmt.Errorf("tables with rows: %w", err)
+		return nil, fmt.Errorf("tables with rows: %w", err)
 	}
-	oids, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
+	filled, err := pgx.CollectRows(rows, pgx.RowTo[uint32])
 	if err != nil {
-		return fmt.Errorf("tables with rows: %w", err)
+		return nil, fmt.Errorf("tables with rows: %w", err)
 	}
-	for _, o := range oids {
+	for _, o := range filled {
 		p.filled[o] = true
 	}
-	pristines[template] = p
-	return nil
+	return p, nil
 }
 
-// currentXidSQL assigns and returns a transaction id (as an xid, without
-// the epoch): every transaction starting after it has a later one.
-const currentXidSQL = `SELECT (pg_current_xact_id()::text::bigint % 4294967296)::text`
-
 // claim renames a database offered for reuse from template to a new test
-// database name, returning "" when there is none. since is a transaction
-// id no later than the claim: catalog rows written after it are the test's.
-func claim(ctx context.Context, admin *pgx.Conn, template string) (name, since string) {
+// database name, returning "" when there is none.
+func claim(ctx context.Context, admin *pgx.Conn, template string) string {
 	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, freePrefix(template))
 	if err != nil {
-		return "", ""
+		return ""
 	}
 	free, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return "", ""
+		return ""
 	}
 	for _, f := range free {
-		if err := admin.QueryRow(ctx, currentXidSQL).Scan(&since); err != nil {
-			return "", ""
-		}
-		name = newName()
+		name := newName()
 		// Fails when another test binary claimed it first.
 		if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{f}.Sanitize()+" RENAME TO "+pgx.Identifier{name}.Sanitize()); err == nil {
-			return name, since
+			return name
 		}
 	}
-	return "", ""
+	return ""
 }
 
 // release empties db, whose pool is closed, and offers it for reuse, or
@@ -190,7 +220,7 @@ func empty(ctx context.Context, db *DB) error {
 	pristineMu.Lock()
 	p := pristines[db.template]
 	pristineMu.Unlock()
-	if p == nil || db.since == "" {
+	if p == nil || p.disabled {
 		return fmt.Errorf("%w: no record of its template %q", errNotPristine, db.template)
 	}
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -232,35 +262,34 @@ func empty(ctx context.Context, db *DB) error {
 
 	// Every backend that wrote has ended, and a backend reports its
 	// counts before it leaves pg_stat_activity.
-	var vacuumed int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE(sum(pg_stat_get_vacuum_count(oid) + pg_stat_get_autovacuum_count(oid)
-		+ pg_stat_get_analyze_count(oid) + pg_stat_get_autoanalyze_count(oid)), 0)::bigint
-		FROM pg_class WHERE relkind IN ('r', 'p') AND relnamespace <> 'pg_catalog'::regnamespace`).Scan(&vacuumed); err != nil {
+	var (
+		oids             []uint32
+		tables, catalogs []string
+		statted          int64
+		tracking         string
+	)
+	if err := tx.QueryRow(ctx, `SELECT current_setting('track_counts')`).Scan(&tracking); err != nil {
 		return err
 	}
-	if vacuumed > 0 {
-		return fmt.Errorf("%w: %d tables vacuumed or analyzed", errNotPristine, vacuumed)
+	if tracking != "on" {
+		return fmt.Errorf("%w: track_counts is %s", errNotPristine, tracking)
 	}
-	rows, err := tx.Query(ctx, `SELECT oid, oid::regclass::text FROM pg_class WHERE relkind = 'r'
-		AND relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)
-		AND pg_stat_get_tuples_inserted(oid) + pg_stat_get_tuples_updated(oid) + pg_stat_get_tuples_deleted(oid) > 0`)
-	if err != nil {
+	if err := tx.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &statted); err != nil {
 		return err
 	}
-	var written []string
-	var oid uint32
-	var table string
-	if _, err := pgx.ForEachRow(rows, []any{&oid, &table}, func() error {
-		if p.filled[oid] {
-			return fmt.Errorf("%w: %s written", errNotPristine, table)
+	if len(catalogs) > 0 {
+		return fmt.Errorf("%w: catalogs written: %s", errNotPristine, strings.Join(catalogs, ", "))
+	}
+	if statted != p.statted {
+		return fmt.Errorf("%w: %d tables vacuumed or analyzed", errNotPristine, statted-p.statted)
+	}
+	for i, o := range oids {
+		if p.filled[o] {
+			return fmt.Errorf("%w: %s written", errNotPristine, tables[i])
 		}
-		written = append(written, table)
-		return nil
-	}); err != nil {
-		return err
 	}
-	if len(written) > 0 {
-		if _, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(written, ", ")); err != nil {
+	if len(tables) > 0 {
+		if _, err := tx.Exec(ctx, "TRUNCATE "+strings.Join(tables, ", ")); err != nil {
 			return err
 		}
 	}
@@ -270,24 +299,22 @@ func empty(ctx context.Context, db *DB) error {
 		END LOOP; END $$`); err != nil {
 		return err
 	}
-	var (
-		fp       string
-		catalogs bool
-	)
+	var fp string
 	if err := tx.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
-		return err
-	}
-	if err := tx.QueryRow(ctx, writtenSinceSQL, db.since).Scan(&catalogs); err != nil {
 		return err
 	}
 	if fp != p.fingerprint {
 		return fmt.Errorf("%w: catalogs hold %s rows, its template %s", errNotPristine, fp, p.fingerprint)
 	}
-	if catalogs {
-		return fmt.Errorf("%w: a catalog row was written", errNotPristine)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_stat_reset()`); err != nil {
+	if err := tx.Commit(ctx); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	// The counts start again from zero for the next test, once this
+	// session's own (the TRUNCATE's catalog writes) are reported: a
+	// session reports them when it goes idle, at once when told to.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, `SELECT pg_stat_reset()`)
+	return err
 }

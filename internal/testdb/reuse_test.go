@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // TestEmptyOffersOnlyWhatItCanClean: a database a test wrote rows into
@@ -35,68 +36,89 @@ func TestEmptyOffersOnlyWhatItCanClean(t *testing.T) {
 			`INSERT INTO river.river_job (kind, args, queue, state, max_attempts) VALUES ('k', '{}', 'q', 'available', 1)`,
 			`DELETE FROM ff_exec_core WHERE partition_key < 10`,
 		}},
-		{name: "TableCreated", stmts: []string{`CREATE TABLE made_by_a_test (x int)`}, want: "catalogs hold"},
-		{name: "IndexDropped", stmts: []string{`DROP INDEX ffreconcile_exec_core_terminal_idx`}, want: "catalogs hold"},
-		{name: "Commented", stmts: []string{`COMMENT ON TABLE ff_attempt IS 'x'`}, want: "catalogs hold"},
-		{name: "ColumnDefaultChanged", stmts: []string{`ALTER TABLE ff_attempt ALTER COLUMN lease_epoch SET DEFAULT 7`}, want: "catalog"},
-		{name: "Granted", stmts: []string{`GRANT SELECT ON ff_attempt TO PUBLIC`}, want: "a catalog row was written"},
-		{name: "Analyzed", stmts: []string{insertExecs, `ANALYZE ff_exec_core`}, want: "vacuumed or analyzed"},
+		{name: "TableCreated", stmts: []string{`CREATE TABLE made_by_a_test (x int)`}, want: "catalogs written: "},
+		{name: "IndexDropped", stmts: []string{`DROP INDEX ffreconcile_exec_core_terminal_idx`}, want: "catalogs written: "},
+		{name: "Commented", stmts: []string{`COMMENT ON TABLE ff_attempt IS 'x'`}, want: "catalogs written: "},
+		{name: "ColumnDefaultChanged", stmts: []string{`ALTER TABLE ff_attempt ALTER COLUMN lease_epoch SET DEFAULT 7`}, want: "catalogs written: "},
+		{name: "ColumnDropped", stmts: []string{`ALTER TABLE ff_attempt DROP COLUMN outcome`}, want: "catalogs written: "},
+		{name: "Granted", stmts: []string{`GRANT SELECT ON ff_attempt TO PUBLIC`}, want: "catalogs written: "},
+		{name: "Analyzed", stmts: []string{insertExecs, `ANALYZE ff_exec_core`}, want: "catalogs written: "},
 		{name: "EmptyTableVacuumed", stmts: []string{`VACUUM ff_attempt_p0`}, want: "vacuumed or analyzed"},
 		{name: "TemplateRowsChanged", stmts: []string{`DELETE FROM river.river_migration WHERE version = (SELECT max(version) FROM river.river_migration)`}, want: "river_migration written"},
 		{name: "DatabaseSetting", stmts: []string{`DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET work_mem = ''8MB''', current_database()); END $$`}, want: "catalogs hold"},
-		{name: "TempTable", stmts: []string{`CREATE TEMP TABLE scratch (x int)`}, want: "catalogs hold"},
+		{name: "TempTable", stmts: []string{`CREATE TEMP TABLE scratch (x int)`}, want: "catalogs written: "},
 		{name: "ConnectionLeftOpen", open: true, want: "connections left"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			db := createReusing(t, ctx, schemaTemplate(t, ctx), true)
-			for _, s := range tt.stmts {
-				if _, err := db.Pool.Exec(ctx, s); err != nil {
-					t.Fatalf("%s: %v", s, err)
+			// An emptied database is emptied again after a second
+			// test's writes: the first emptying's own catalog writes
+			// (its TRUNCATE's) must not count against it.
+			for round := 1; round <= 2; round++ {
+				if round > 1 {
+					pool, err := pgxpool.New(ctx, db.URL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					db.Pool = pool
 				}
-			}
-			if tt.open {
-				conn, err := pgx.Connect(ctx, db.URL)
-				if err != nil {
-					t.Fatal(err)
+				for _, s := range tt.stmts {
+					if _, err := db.Pool.Exec(ctx, s); err != nil {
+						t.Fatalf("%s: %v", s, err)
+					}
 				}
-				defer conn.Close(ctx)
-			}
-			db.Pool.Close()
+				if tt.open {
+					conn, err := pgx.Connect(ctx, db.URL)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer conn.Close(ctx)
+				}
+				db.Pool.Close()
 
-			err := empty(ctx, db)
-			if tt.want != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.want) {
-					t.Fatalf("empty = %v; want an error saying %q", err, tt.want)
+				err := empty(ctx, db)
+				if tt.want != "" {
+					if err == nil || !strings.Contains(err.Error(), tt.want) {
+						t.Fatalf("empty = %v; want an error saying %q", err, tt.want)
+					}
+					return
 				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("empty: %v", err)
-			}
-			conn, err := pgx.Connect(ctx, db.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(ctx)
-			var execs, events, jobs, sequences int
-			if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_exec_core), (SELECT count(*) FROM ff_lease_event),
-				(SELECT count(*) FROM river.river_job), (SELECT count(*) FROM pg_sequences WHERE last_value IS NOT NULL)`).
-				Scan(&execs, &events, &jobs, &sequences); err != nil {
-				t.Fatal(err)
-			}
-			if execs+events+jobs+sequences != 0 {
-				t.Fatalf("after empty: %d executions, %d lease events, %d River jobs, %d sequences used; want none", execs, events, jobs, sequences)
-			}
-			var fp string
-			if err := conn.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
-				t.Fatal(err)
-			}
-			if want := pristines[db.template].fingerprint; fp != want {
-				t.Fatalf("after empty the catalogs hold %s rows; its template %s", fp, want)
+				if err != nil {
+					t.Fatalf("round %d: empty: %v", round, err)
+				}
+				checkEmptied(t, db)
 			}
 		})
+	}
+}
+
+// checkEmptied fails t unless db holds no row a test wrote and its catalogs
+// are as its template left them.
+func checkEmptied(t *testing.T, db *DB) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var execs, events, jobs, sequences int
+	if err := conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM ff_exec_core), (SELECT count(*) FROM ff_lease_event),
+				(SELECT count(*) FROM river.river_job), (SELECT count(*) FROM pg_sequences WHERE last_value IS NOT NULL)`).
+		Scan(&execs, &events, &jobs, &sequences); err != nil {
+		t.Fatal(err)
+	}
+	if execs+events+jobs+sequences != 0 {
+		t.Fatalf("after empty: %d executions, %d lease events, %d River jobs, %d sequences used; want none", execs, events, jobs, sequences)
+	}
+	var fp string
+	if err := conn.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
+		t.Fatal(err)
+	}
+	if want := pristines[db.template].fingerprint; fp != want {
+		t.Fatalf("after empty the catalogs hold %s rows; its template %s", fp, want)
 	}
 }
 
@@ -135,10 +157,7 @@ func TestClaimGivesAnOfferedDatabaseToOneClaimant(t *testing.T) {
 				return
 			}
 			defer conn.Close(ctx)
-			if name, since := claim(ctx, conn, template); name != "" {
-				if since == "" {
-					t.Errorf("claimed %s without a transaction id", name)
-				}
+			if name := claim(ctx, conn, template); name != "" {
 				mu.Lock()
 				claims = append(claims, name)
 				mu.Unlock()

@@ -78,9 +78,8 @@ type DB struct {
 	URL  string
 	Pool *pgxpool.Pool
 
-	// With reuse (see reuse.go): the template it is a clone of, and a
-	// transaction id no later than the moment it became the test's.
-	template, since string
+	// With reuse (see reuse.go): the template it is a clone of.
+	template string
 }
 
 // New creates a fresh database for t, migrated with River (schema
@@ -128,7 +127,9 @@ func create(t testing.TB, ctx context.Context, template string) *DB {
 // createReusing is create, reusing databases (reuse.go) when reuse is set.
 func createReusing(t testing.TB, ctx context.Context, template string, reuse bool) *DB {
 	t.Helper()
-	name, since := clone(t, ctx, template, reuse)
+	// A process reads what its template's clones look like untouched
+	// from a clone of its own before it claims one (readPristine).
+	name := clone(t, ctx, template, reuse && pristineKnown(template))
 	dbURL, err := WithDatabase(AdminURL(), name)
 	if err != nil {
 		dropDatabase(name)
@@ -140,13 +141,9 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 		dropDatabase(name)
 		t.Fatalf("testdb: %v", err)
 	}
-	db := &DB{Name: name, URL: dbURL, Pool: pool, template: template, since: since}
-	if reuse {
-		if err := readPristine(ctx, template, db); err != nil {
-			pool.Close()
-			dropDatabase(name)
-			t.Fatalf("testdb: read database %s as its template left it: %v", name, err)
-		}
+	db := &DB{Name: name, URL: dbURL, Pool: pool, template: template}
+	if reuse && !readPristine(ctx, template, db) {
+		reuse = false // this server's statistics cannot tell what a test wrote
 	}
 	t.Cleanup(func() {
 		pool.Close()
@@ -159,10 +156,9 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 	return db
 }
 
-// clone creates a new database from template, or with reuse claims one
-// emptied by an earlier test (see reuse.go). since is a transaction id no
-// later than the database became the test's.
-func clone(t testing.TB, ctx context.Context, template string, reuse bool) (name, since string) {
+// clone creates a new database from template, or with claimFirst claims one
+// emptied by an earlier test when there is one (see reuse.go).
+func clone(t testing.TB, ctx context.Context, template string, claimFirst bool) string {
 	t.Helper()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
@@ -170,12 +166,12 @@ func clone(t testing.TB, ctx context.Context, template string, reuse bool) (name
 	}
 	defer admin.Close(ctx)
 	sweepDead(ctx, admin)
-	if reuse {
-		if name, since := claim(ctx, admin, template); name != "" {
-			return name, since
+	if claimFirst {
+		if name := claim(ctx, admin, template); name != "" {
+			return name
 		}
 	}
-	name = newName()
+	name := newName()
 	options := ""
 	if template != "" {
 		options = " TEMPLATE " + pgx.Identifier{template}.Sanitize()
@@ -190,13 +186,7 @@ func clone(t testing.TB, ctx context.Context, template string, reuse bool) (name
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testdb: create database %s: %v", name, err)
 	}
-	if reuse {
-		if err := admin.QueryRow(ctx, currentXidSQL).Scan(&since); err != nil {
-			dropDatabase(name)
-			t.Fatalf("testdb: %v", err)
-		}
-	}
-	return name, since
+	return name
 }
 
 // fileCopyStrategy reports whether CREATE DATABASE on admin's server takes
