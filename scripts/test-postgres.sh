@@ -19,8 +19,9 @@
 # machine (127.0.0.1:5432 included).
 #
 # Where its data lives. A test database is a clone of a template of ~25,000
-# relations (~250 MB of mostly empty files), created and dropped per test:
-# on ext4 that is ~4.7 s of mostly kernel time per clone, on tmpfs ~0.7 s
+# relations (~250 MB of mostly empty files), created for a test and dropped
+# after it, or emptied and handed to a later test (internal/testdb/reuse.go):
+# on ext4 a clone is ~4.7 s of mostly kernel time, on tmpfs ~0.7 s
 # (measured on this 2-core machine). So the cluster lives in /dev/shm when
 # that is a tmpfs with room (MIN_SHM_GB free; the suite peaked at 5.3 GB),
 # keyed by this checkout's path so two clones never share one, and under
