@@ -52,13 +52,20 @@ func freePrefix(template string) string {
 	return "ffr_f_v2_" + strings.TrimPrefix(template, "ffr_") + "_"
 }
 
-// pristine is what a database cloned from one template looks like before
-// any test touched it, read once per process from a new clone.
+// pristine is what this process knows of a template's clones untouched,
+// read once per process from a new clone: the tables the template filled.
 type pristine struct {
-	disabled    bool // the server's statistics cannot tell what a test wrote
+	disabled bool // the server's statistics cannot tell what a test wrote
+	filled   map[uint32]bool
+}
+
+// baseline is one test database as the test got it, read when it got it:
+// what it must be again to be offered. (Not the template's, read once: a
+// clone made after autovacuum analyzed the template's catalogs holds more
+// statistics rows than one made before.)
+type baseline struct {
 	fingerprint string
-	filled      map[uint32]bool // tables with rows (river_migration)
-	statted     int64           // tables with planner statistics set
+	statted     int64 // tables with planner statistics set
 }
 
 var (
@@ -112,17 +119,17 @@ func pristineKnown(template string) bool {
 	return p != nil && !p.disabled
 }
 
-// readPristine records, once per process and template, what db, a new
-// clone, looks like untouched. It reports whether databases of template
-// can be reused: not where the server does not count what tests write
-// (track_counts off).
+// readPristine records, once per process and template, which tables
+// template filled, from db, a new clone. It reports whether databases of
+// template can be reused: not where the server does not count what tests
+// write (track_counts off).
 func readPristine(ctx context.Context, template string, db *DB) bool {
 	pristineMu.Lock()
 	defer pristineMu.Unlock()
 	if p := pristines[template]; p != nil {
 		return !p.disabled
 	}
-	p, err := read(ctx, db)
+	p, err := readFilled(ctx, db)
 	if err != nil {
 		p = &pristine{disabled: true}
 	}
@@ -130,25 +137,13 @@ func readPristine(ctx context.Context, template string, db *DB) bool {
 	return !p.disabled
 }
 
-func read(ctx context.Context, db *DB) (*pristine, error) {
-	p := &pristine{filled: map[uint32]bool{}}
-	if err := db.Pool.QueryRow(ctx, fingerprintSQL).Scan(&p.fingerprint); err != nil {
-		return nil, fmt.Errorf("fingerprint: %w", err)
-	}
-	var (
-		oids     []uint32
-		tables   []string
-		catalogs []string
-		tracking string
-	)
-	if err := db.Pool.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &p.statted); err != nil {
-		return nil, fmt.Errorf("statistics: %w", err)
-	}
+func readFilled(ctx context.Context, db *DB) (*pristine, error) {
+	var tracking string
 	if err := db.Pool.QueryRow(ctx, `SELECT current_setting('track_counts')`).Scan(&tracking); err != nil {
 		return nil, err
 	}
-	if tracking != "on" || len(oids) > 0 || len(catalogs) > 0 {
-		return nil, fmt.Errorf("track_counts %s, tables %v and catalogs %v written in a new database", tracking, tables, catalogs)
+	if tracking != "on" {
+		return nil, fmt.Errorf("track_counts is %s", tracking)
 	}
 	rows, err := db.Pool.Query(ctx, `SELECT oid FROM pg_class WHERE relkind = 'r'
 		AND relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace) AND pg_relation_size(oid) > 0`)
@@ -159,10 +154,31 @@ func read(ctx context.Context, db *DB) (*pristine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tables with rows: %w", err)
 	}
+	p := &pristine{filled: map[uint32]bool{}}
 	for _, o := range filled {
 		p.filled[o] = true
 	}
 	return p, nil
+}
+
+// readBaseline reads db as the test gets it, which must be as untouched:
+// its statistics count no row written.
+func readBaseline(ctx context.Context, db *DB) (*baseline, error) {
+	b := &baseline{}
+	if err := db.Pool.QueryRow(ctx, fingerprintSQL).Scan(&b.fingerprint); err != nil {
+		return nil, fmt.Errorf("fingerprint: %w", err)
+	}
+	var (
+		oids             []uint32
+		tables, catalogs []string
+	)
+	if err := db.Pool.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &b.statted); err != nil {
+		return nil, fmt.Errorf("statistics: %w", err)
+	}
+	if len(oids) > 0 || len(catalogs) > 0 {
+		return nil, fmt.Errorf("tables %v and catalogs %v written before the test got it", tables, catalogs)
+	}
+	return b, nil
 }
 
 // claim renames a database offered for reuse from template to a new test
@@ -220,9 +236,10 @@ func empty(ctx context.Context, db *DB) error {
 	pristineMu.Lock()
 	p := pristines[db.template]
 	pristineMu.Unlock()
-	if p == nil || p.disabled {
-		return fmt.Errorf("%w: no record of its template %q", errNotPristine, db.template)
+	if p == nil || p.disabled || db.baseline == nil {
+		return fmt.Errorf("%w: no record of it as the test got it", errNotPristine)
 	}
+	b := db.baseline
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
 		return err
@@ -280,8 +297,8 @@ func empty(ctx context.Context, db *DB) error {
 	if len(catalogs) > 0 {
 		return fmt.Errorf("%w: catalogs written: %s", errNotPristine, strings.Join(catalogs, ", "))
 	}
-	if statted != p.statted {
-		return fmt.Errorf("%w: %d tables vacuumed or analyzed", errNotPristine, statted-p.statted)
+	if statted != b.statted {
+		return fmt.Errorf("%w: %d tables vacuumed or analyzed", errNotPristine, statted-b.statted)
 	}
 	for i, o := range oids {
 		if p.filled[o] {
@@ -303,8 +320,8 @@ func empty(ctx context.Context, db *DB) error {
 	if err := tx.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
 		return err
 	}
-	if fp != p.fingerprint {
-		return fmt.Errorf("%w: catalogs hold %s rows, its template %s", errNotPristine, fp, p.fingerprint)
+	if fp != b.fingerprint {
+		return fmt.Errorf("%w: catalogs hold %s rows, %s when the test got it", errNotPristine, fp, b.fingerprint)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return err

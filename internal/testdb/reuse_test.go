@@ -117,8 +117,8 @@ func checkEmptied(t *testing.T, db *DB) {
 	if err := conn.QueryRow(ctx, fingerprintSQL).Scan(&fp); err != nil {
 		t.Fatal(err)
 	}
-	if want := pristines[db.template].fingerprint; fp != want {
-		t.Fatalf("after empty the catalogs hold %s rows; its template %s", fp, want)
+	if want := db.baseline.fingerprint; fp != want {
+		t.Fatalf("after empty the catalogs hold %s rows; %s when the test got it", fp, want)
 	}
 }
 

@@ -78,8 +78,10 @@ type DB struct {
 	URL  string
 	Pool *pgxpool.Pool
 
-	// With reuse (see reuse.go): the template it is a clone of.
+	// With reuse (see reuse.go): the template it is a clone of, and what
+	// it looked like when the test got it.
 	template string
+	baseline *baseline
 }
 
 // New creates a fresh database for t, migrated with River (schema
@@ -142,8 +144,12 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 		t.Fatalf("testdb: %v", err)
 	}
 	db := &DB{Name: name, URL: dbURL, Pool: pool, template: template}
-	if reuse && !readPristine(ctx, template, db) {
-		reuse = false // this server's statistics cannot tell what a test wrote
+	if reuse {
+		// Without either, the database is dropped as without reuse.
+		if readPristine(ctx, template, db) {
+			db.baseline, _ = readBaseline(ctx, db)
+		}
+		reuse = db.baseline != nil
 	}
 	t.Cleanup(func() {
 		pool.Close()
