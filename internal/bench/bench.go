@@ -209,7 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for _, mode := range cfg.CommitModes {
 			e.commit = mode
 			e.progress("throughput: River's ceiling, %d no-op row jobs (synchronous_commit %s)", cfg.Due, mode)
-			ceiling, _, err := e.riverCeiling(ctx, cfg.Due, false)
+			ceiling, err := e.riverCeiling(ctx, cfg.Due)
 			if err != nil {
 				return rep, fmt.Errorf("River's ceiling (synchronous_commit %s): %w", mode, err)
 			}
@@ -224,7 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			e.rowCosts = mode == cfg.CommitModes[0]
 			if e.rowCosts {
 				e.progress("throughput: %d no-op row jobs into river_job's GIN indexes", cfg.Due)
-				if _, rep.CeilingGIN, err = e.riverCeiling(ctx, cfg.Due, true); err != nil {
+				if rep.CeilingGIN, err = e.riverCeilingGIN(ctx, cfg.Due); err != nil {
 					return rep, fmt.Errorf("River's no-op jobs' GIN growth: %w", err)
 				}
 			}

@@ -84,30 +84,25 @@ func (w noopRowWorker) Work(context.Context, *river.Job[noopRowArgs]) error {
 
 // riverCeiling runs due no-op row jobs through a fleet of no reconcilers
 // and returns their rate, rows per second from the scans' insert to the
-// last row job completed. With gin, river_job's GIN indexes take entries
-// directly (ginDirect) and it also returns what the jobs grew them by (the
-// rate of such a run is not River's).
-func (e *env) riverCeiling(ctx context.Context, due int, gin bool) (float64, ginSize, error) {
+// last row job completed.
+func (e *env) riverCeiling(ctx context.Context, due int) (float64, error) {
 	if err := e.reset(ctx); err != nil {
-		return 0, ginSize{}, err
+		return 0, err
 	}
-	if !gin {
-		rate, err := e.runCeiling(ctx, due)
-		return rate, ginSize{}, err
+	return e.runCeiling(ctx, due)
+}
+
+// riverCeilingGIN runs due no-op row jobs as riverCeiling does and returns
+// what they grew river_job's GIN indexes by (see ginGrowth; the rate of
+// such a run is not River's, and is not kept).
+func (e *env) riverCeilingGIN(ctx context.Context, due int) (ginSize, error) {
+	if err := e.reset(ctx); err != nil {
+		return ginSize{}, err
 	}
-	if err := e.ginDirect(ctx); err != nil {
-		return 0, ginSize{}, err
-	}
-	base, err := e.riverJobGIN(ctx)
-	if err != nil {
-		return 0, ginSize{}, err
-	}
-	rate, err := e.runCeiling(ctx, due)
-	if err != nil {
-		return 0, ginSize{}, err
-	}
-	after, err := e.riverJobGIN(ctx)
-	return rate, after.less(base), err
+	return e.ginGrowth(ctx, func() error {
+		_, err := e.runCeiling(ctx, due)
+		return err
+	})
 }
 
 // runCeiling is riverCeiling's run, its fleet stopped when it returns.

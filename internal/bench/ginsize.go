@@ -31,6 +31,24 @@ func (e *env) ginDirect(ctx context.Context) error {
 	return nil
 }
 
+// ginGrowth runs run with river_job's GIN indexes taking entries directly
+// (ginDirect) and returns what it grew them by, read once run has returned
+// (its fleet stopped, its completions written).
+func (e *env) ginGrowth(ctx context.Context, run func() error) (ginSize, error) {
+	if err := e.ginDirect(ctx); err != nil {
+		return ginSize{}, err
+	}
+	base, err := e.riverJobGIN(ctx)
+	if err != nil {
+		return ginSize{}, err
+	}
+	if err := run(); err != nil {
+		return ginSize{}, err
+	}
+	after, err := e.riverJobGIN(ctx)
+	return after.less(base), err
+}
+
 // riverJobGIN returns the size of river_job's GIN indexes.
 func (e *env) riverJobGIN(ctx context.Context) (ginSize, error) {
 	var s ginSize

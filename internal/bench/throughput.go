@@ -133,11 +133,11 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 			if err := prepare(); err != nil {
 				return res, err
 			}
-			if err := e.ginDirect(ctx); err != nil {
-				return res, err
-			}
 			e.progress("throughput %s: river_job's GIN growth (job logs %v)", sc.name, !run.fc.DisableJobLogs)
-			if *run.gin, err = e.runOursGIN(ctx, run.fc, sc.name, due, remaining); err != nil {
+			if *run.gin, err = e.ginGrowth(ctx, func() error {
+				_, _, _, err := e.runOurs(ctx, run.fc, sc.name, due, remaining)
+				return err
+			}); err != nil {
 				return res, err
 			}
 		}
@@ -207,21 +207,6 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 	e.progress("throughput %s: CPU per row: ours %s, seed %s, pool %s, set %s",
 		sc.name, res.OursCPU, res.SeedCPU, res.PoolCPU, res.SetCPU)
 	return res, nil
-}
-
-// runOursGIN runs ours and returns what the run grew river_job's GIN
-// indexes by (measured once the fleet has stopped, its completions
-// written).
-func (e *env) runOursGIN(ctx context.Context, fc fleet.Config, reconciler string, due int, remaining func(context.Context) (int, error)) (ginSize, error) {
-	base, err := e.riverJobGIN(ctx)
-	if err != nil {
-		return ginSize{}, err
-	}
-	if _, _, _, err := e.runOurs(ctx, fc, reconciler, due, remaining); err != nil {
-		return ginSize{}, err
-	}
-	after, err := e.riverJobGIN(ctx)
-	return after.less(base), err
 }
 
 // runOurs starts one fleet process, its connections warmed (see warm), and
