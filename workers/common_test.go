@@ -302,10 +302,26 @@ func somePartitions(n int) []int16 {
 // test can check that something was left alone.
 func waitTicks(t *testing.T, f *fleet.Fleet, r *workers.Reconciler, n int64) {
 	t.Helper()
-	start := f.Workers.Stats().For(r.Name).Ticks.Load()
+	waitTicksOfAll(t, f, []*workers.Reconciler{r}, n)
+}
+
+// waitTicksOfAll waits until the fleet has run n more ticks of each of rs,
+// counted from the call for all of them at once: their ticks run side by
+// side, so waiting for one after another cost n intervals each (22 s of
+// TestFilteredFleetLeavesOtherTenantsAlone's 50).
+func waitTicksOfAll(t *testing.T, f *fleet.Fleet, rs []*workers.Reconciler, n int64) {
+	t.Helper()
+	start := make([]int64, len(rs))
+	for i, r := range rs {
+		start[i] = f.Workers.Stats().For(r.Name).Ticks.Load()
+	}
 	fleettest.WaitFor(t, 15*time.Second, "more ticks", func() (bool, string) {
-		got := f.Workers.Stats().For(r.Name).Ticks.Load()
-		return got >= start+n, fleettest.Statusf("%d ticks (from %d)", got, start)
+		for i, r := range rs {
+			if got := f.Workers.Stats().For(r.Name).Ticks.Load(); got < start[i]+n {
+				return false, fleettest.Statusf("%s: %d ticks (from %d)", r.Name, got, start[i])
+			}
+		}
+		return true, ""
 	})
 }
 

@@ -235,9 +235,11 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 	fleettest.WaitFor(t, 60*time.Second, "every scan, row and trim job finished", unfinished)
 	// Two more ticks of every reconciler, which find nothing of theirs
 	// left; then nothing may be running.
+	var rs []*workers.Reconciler
 	for _, run := range runs {
-		waitTicks(t, f, run.r, 2)
+		rs = append(rs, run.r)
 	}
+	waitTicksOfAll(t, f, rs, 2)
 	fleettest.WaitFor(t, 60*time.Second, "every scan, row and trim job finished", unfinished)
 
 	for _, id := range injected {

@@ -101,7 +101,8 @@ func New(t testing.TB) *DB {
 func schemaTemplate(t testing.TB, ctx context.Context) string {
 	t.Helper()
 	templateOnce.Do(func() {
-		templateName, templateErr = ensureTemplate(ctx, "ffr_tmpl_", migrations.Fingerprint(), migrateInto)
+		fp := sha256.Sum256([]byte(migrations.Fingerprint() + "\n" + templateRecipe))
+		templateName, templateErr = ensureTemplate(ctx, "ffr_tmpl_", hex.EncodeToString(fp[:])[:12], migrateInto)
 	})
 	if templateErr != nil {
 		t.Fatalf("testdb: build template database: %v", templateErr)
@@ -131,40 +132,52 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 	t.Helper()
 	// A process reads what its template's clones look like untouched
 	// from a clone of its own before it claims one (readPristine).
-	name := clone(t, ctx, template, reuse && pristineKnown(template))
-	dbURL, err := WithDatabase(AdminURL(), name)
-	if err != nil {
-		dropDatabase(name)
-		t.Fatal(err)
-	}
-	// Opened as the fleet opens its pools (JIT off, among others).
-	pool, err := dbconn.Open(ctx, dbURL, dbconn.Options{})
-	if err != nil {
-		dropDatabase(name)
-		t.Fatalf("testdb: %v", err)
-	}
-	db := &DB{Name: name, URL: dbURL, Pool: pool, template: template}
-	if reuse {
-		// Without either, the database is dropped as without reuse.
-		if readPristine(ctx, template, db) {
-			db.baseline, _ = readBaseline(ctx, db)
-		}
-		reuse = db.baseline != nil
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		if reuse {
-			release(db)
-		} else {
+	claimFirst := reuse && pristineKnown(template)
+	for {
+		name, claimed := clone(t, ctx, template, claimFirst)
+		dbURL, err := WithDatabase(AdminURL(), name)
+		if err != nil {
 			dropDatabase(name)
+			t.Fatal(err)
 		}
-	})
-	return db
+		// Opened as the fleet opens its pools (JIT off, among others).
+		pool, err := dbconn.Open(ctx, dbURL, dbconn.Options{})
+		if err != nil {
+			dropDatabase(name)
+			t.Fatalf("testdb: %v", err)
+		}
+		db := &DB{Name: name, URL: dbURL, Pool: pool, template: template}
+		if reuse && readPristine(ctx, template, db) {
+			if db.baseline, err = readBaseline(ctx, db); err != nil && claimed {
+				// Not as it was offered: no test gets it.
+				t.Logf("testdb: claimed %s, then dropped it: %v", name, err)
+				pool.Close()
+				dropDatabase(name)
+				claimFirst = false
+				continue
+			}
+			if err != nil {
+				t.Logf("testdb: %s will not be reused: %v", name, err)
+			}
+		}
+		// Without a baseline, the database is dropped as without reuse.
+		reused := db.baseline != nil
+		t.Cleanup(func() {
+			pool.Close()
+			if reused {
+				release(db)
+			} else {
+				dropDatabase(name)
+			}
+		})
+		return db
+	}
 }
 
 // clone creates a new database from template, or with claimFirst claims one
-// emptied by an earlier test when there is one (see reuse.go).
-func clone(t testing.TB, ctx context.Context, template string, claimFirst bool) string {
+// emptied by an earlier test when there is one (see reuse.go); claimed
+// says which.
+func clone(t testing.TB, ctx context.Context, template string, claimFirst bool) (name string, claimed bool) {
 	t.Helper()
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
@@ -174,10 +187,10 @@ func clone(t testing.TB, ctx context.Context, template string, claimFirst bool) 
 	sweepDead(ctx, admin)
 	if claimFirst {
 		if name := claim(ctx, admin, template); name != "" {
-			return name
+			return name, true
 		}
 	}
-	name := newName()
+	name = newName()
 	options := ""
 	if template != "" {
 		options = " TEMPLATE " + pgx.Identifier{template}.Sanitize()
@@ -192,7 +205,7 @@ func clone(t testing.TB, ctx context.Context, template string, claimFirst bool) 
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+options); err != nil {
 		t.Fatalf("testdb: create database %s: %v", name, err)
 	}
-	return name
+	return name, false
 }
 
 // fileCopyStrategy reports whether CREATE DATABASE on admin's server takes
@@ -341,7 +354,41 @@ func dirFingerprint(dir string) (string, error) {
 		h.Write(b)
 	}
 	h.Write([]byte(migrations.Fingerprint())) // River's and the worker table's DDL ride along
+	h.Write([]byte(templateRecipe))
 	return hex.EncodeToString(h.Sum(nil))[:12], nil
+}
+
+// templateRecipe is what ensureTemplate does besides the migration; it is
+// part of every template's name, so a change rebuilds the templates.
+const templateRecipe = "catalogs analyzed"
+
+// analyzeCatalogs analyzes the catalogs of the database at dbURL (not its
+// tables: an analyzed empty table is planned as one known to be empty,
+// unlike the same table in a database FlowFabric migrated). The migration
+// wrote their rows by the ten thousand while they had no statistics, for
+// which autovacuum's threshold is 50 changed rows: autovacuum would analyze
+// them in the template (clones made before and after would differ) and in
+// every test database whose TRUNCATEs change 50 rows of pg_class, writing
+// pg_statistic, which reuse.go then takes for the test's doing.
+func analyzeCatalogs(ctx context.Context, dbURL string) error {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT format('%I.%I', 'pg_catalog', relname) FROM pg_class
+		WHERE relnamespace = 'pg_catalog'::regnamespace AND relkind = 'r' AND NOT relisshared ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("list catalogs: %w", err)
+	}
+	catalogs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("list catalogs: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "ANALYZE "+strings.Join(catalogs, ", ")); err != nil {
+		return fmt.Errorf("analyze catalogs: %w", err)
+	}
+	return nil
 }
 
 // ensureTemplate builds a template database named prefix+fingerprint once
@@ -396,6 +443,9 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 		return "", err
 	}
 	if err := migrate(ctx, buildURL); err != nil {
+		return "", err
+	}
+	if err := analyzeCatalogs(ctx, buildURL); err != nil {
 		return "", err
 	}
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s",
