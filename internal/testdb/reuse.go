@@ -26,7 +26,7 @@ import (
 //     alone planned; a TRUNCATE of a leaf partition costs its few files.
 //     (Emptying by DELETE through the parents, tried before, cost more than
 //     a clone: each DELETE was planned over all 256 partitions.)
-//   - A database is offered again only when it is as its template left it:
+//   - A database is offered again only when it is as the test got it:
 //     no catalog written since the test got it (any CREATE, ALTER, DROP,
 //     COMMENT or GRANT writes one; the same statistics count it) but the
 //     statistics of tables it wrote (autovacuum analyzes those; they go
@@ -206,7 +206,7 @@ func claim(ctx context.Context, admin *pgx.Conn, template string) string {
 }
 
 // release empties db, whose pool is closed, and offers it for reuse, or
-// drops it when it cannot be shown to be as its template left it (see the
+// drops it when it cannot be shown to be as the test got it (see the
 // comment at the top of this file).
 func release(db *DB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -228,12 +228,12 @@ func release(db *DB) {
 	}
 }
 
-// errNotPristine says a database is not as its template left it.
-var errNotPristine = errors.New("not as its template left it")
+// errNotPristine says a database is not as its test got it.
+var errNotPristine = errors.New("not as the test got it")
 
 // empty truncates the tables the test wrote and restarts the sequences it
 // used, in one transaction committed only when the database is then as the
-// template left it.
+// test got it.
 func empty(ctx context.Context, db *DB) error {
 	name := db.Name
 	pristineMu.Lock()

@@ -4,7 +4,8 @@
 // Creating 12 tables × 256 partitions takes many seconds, so the schema is
 // built once into a template database (named after the DDL's fingerprint, so
 // a DDL change rebuilds it) and tests get clones of it (CREATE DATABASE …
-// TEMPLATE, a file copy), each dropped when its test ends (see cleanup.go).
+// TEMPLATE, a file copy), each dropped when its test ends (see cleanup.go)
+// or, with reuse, emptied and handed to a later test (see reuse.go).
 //
 // The server is TEST_DATABASE_URL, else DATABASE_URL, else
 // dbconn.DefaultAdminURL (the local server, without TLS).
