@@ -111,9 +111,15 @@ CONF
 # the run ended: ~200 MB each.
 drop_offered() {
   local psql names n
-  psql="$(pg_bindir)/psql"
+  # Never pg_bindir here: with TEST_DATABASE_URL the machine may have no
+  # server binaries, and stop must not install any.
+  psql=$(command -v psql || ls -d /usr/lib/postgresql/*/bin/psql 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$psql" ]; then
+    log "no psql to drop the test databases offered for reuse (ffr_f_*); a later stop with psql drops them"
+    return 0
+  fi
   if ! names=$("$psql" "$1" -XAtqc "SELECT datname FROM pg_database WHERE starts_with(datname, 'ffr_f_')"); then
-    log "could not list the test databases offered for reuse (ffr_f_*); they stay until the next run claims them"
+    log "could not list the test databases offered for reuse (ffr_f_*); a later stop drops them"
     return 0
   fi
   for n in $names; do
