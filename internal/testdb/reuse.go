@@ -207,25 +207,23 @@ func claim(ctx context.Context, admin *pgx.Conn, template string) string {
 
 // release empties db, whose pool is closed, and offers it for reuse, or
 // drops it when it cannot be shown to be as the test got it (see the
-// comment at the top of this file).
+// comment at the top of this file). One admin connection serves the wait
+// for the test's connections, the rename and the drop.
 func release(db *DB) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	name := db.Name
-	if err := empty(ctx, db); err != nil {
-		dropDatabase(name)
-		return
-	}
 	admin, err := pgx.Connect(ctx, AdminURL())
 	if err != nil {
-		dropDatabase(name)
-		return
+		return // nor could it be dropped; the next run's sweep drops it
 	}
 	defer admin.Close(ctx)
-	free := freePrefix(db.template) + randomSuffix()
-	if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" RENAME TO "+pgx.Identifier{free}.Sanitize()); err != nil {
-		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	if err := empty(ctx, admin, db); err == nil {
+		free := freePrefix(db.template) + randomSuffix()
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db.Name}.Sanitize()+" RENAME TO "+pgx.Identifier{free}.Sanitize()); err == nil {
+			return
+		}
 	}
+	dropOn(ctx, admin, db.Name)
 }
 
 // errNotPristine says a database is not as its test got it.
@@ -234,7 +232,7 @@ var errNotPristine = errors.New("not as the test got it")
 // empty truncates the tables the test wrote and restarts the sequences it
 // used, in one transaction committed only when the database is then as the
 // test got it.
-func empty(ctx context.Context, db *DB) error {
+func empty(ctx context.Context, admin *pgx.Conn, db *DB) error {
 	name := db.Name
 	pristineMu.Lock()
 	p := pristines[db.template]
@@ -243,27 +241,20 @@ func empty(ctx context.Context, db *DB) error {
 		return fmt.Errorf("%w: no record of it as the test got it", errNotPristine)
 	}
 	b := db.baseline
-	admin, err := pgx.Connect(ctx, AdminURL())
-	if err != nil {
-		return err
-	}
 	// The test's pools are closed; their backends end within moments.
 	for i := 0; ; i++ {
 		var n int
 		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, name).Scan(&n); err != nil {
-			admin.Close(ctx)
 			return err
 		}
 		if n == 0 {
 			break
 		}
 		if i == 100 {
-			admin.Close(ctx)
 			return fmt.Errorf("%d connections left", n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	admin.Close(ctx)
 
 	dbURL, err := WithDatabase(AdminURL(), name)
 	if err != nil {
@@ -282,18 +273,12 @@ func empty(ctx context.Context, db *DB) error {
 
 	// Every backend that wrote has ended, and a backend reports its
 	// counts before it leaves pg_stat_activity.
+	// (track_counts is on: readPristine checked, once per process.)
 	var (
 		oids             []uint32
 		tables, catalogs []string
 		statted          int64
-		tracking         string
 	)
-	if err := tx.QueryRow(ctx, `SELECT current_setting('track_counts')`).Scan(&tracking); err != nil {
-		return err
-	}
-	if tracking != "on" {
-		return fmt.Errorf("%w: track_counts is %s", errNotPristine, tracking)
-	}
 	if err := tx.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &statted); err != nil {
 		return err
 	}

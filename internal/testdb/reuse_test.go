@@ -59,6 +59,11 @@ func TestEmptyOffersOnlyWhatItCanClean(t *testing.T) {
 			if db.baseline == nil {
 				t.Fatalf("%s is not reusable from the start (its log line says why)", db.Name)
 			}
+			admin, err := pgx.Connect(ctx, AdminURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close(ctx)
 			// An emptied database is emptied again after a second
 			// test's writes: the first emptying's own catalog writes
 			// (its TRUNCATE's) must not count against it.
@@ -84,7 +89,7 @@ func TestEmptyOffersOnlyWhatItCanClean(t *testing.T) {
 				}
 				db.Pool.Close()
 
-				err := empty(ctx, db)
+				err := empty(ctx, admin, db)
 				if tt.want != "" {
 					if err == nil || !strings.Contains(err.Error(), tt.want) {
 						t.Fatalf("empty = %v; want an error saying %q", err, tt.want)

@@ -226,6 +226,11 @@ func dropDatabase(name string) {
 		return
 	}
 	defer admin.Close(ctx)
+	dropOn(ctx, admin, name)
+}
+
+// dropOn drops the database name through admin, ending its connections.
+func dropOn(ctx context.Context, admin *pgx.Conn, name string) {
 	_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 }
 
