@@ -35,7 +35,10 @@ type AttemptExpireArgs struct {
 	// DeadlineMs is the lease expiry the scan saw (Unix ms; 0: unknown),
 	// not part of the unique key: a job started before it snoozes until
 	// just after it, and it feeds the lateness metric. The action
-	// re-checks the attempt itself either way.
+	// re-checks the attempt itself either way. A scan sets it for rows
+	// already due; a row it enqueues ahead gets a schedule instead, 1 ms
+	// after the deadline, which workers read as the deadline when this is
+	// 0 (as they read any schedule a job was given at insert).
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

@@ -33,7 +33,8 @@ type SuspensionExpireArgs struct {
 	// DeadlineMs is the timeout the scan saw (Unix ms; 0: unknown), not part
 	// of the unique key: a job started up to 5 s before it snoozes until
 	// just after it, and it feeds the lateness metric. The action re-checks
-	// the suspension itself either way.
+	// the suspension itself either way. Set for rows already due; see
+	// AttemptExpireArgs.DeadlineMs for rows enqueued ahead.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

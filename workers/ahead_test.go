@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
@@ -48,14 +50,20 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			})
 			var scheduledAt, attemptedAt time.Time
 			var n int
+			var deadlineArg bool
 			err := db.Pool.QueryRow(ctx, `
-				SELECT count(*) OVER (), scheduled_at, attempted_at FROM river.river_job
-				 WHERE kind = $1 AND args->>$3 = $2`, tt.r.RowKind(), soon, tt.idArg).Scan(&n, &scheduledAt, &attemptedAt)
+				SELECT count(*) OVER (), scheduled_at, attempted_at, args ? 'deadline_ms' FROM river.river_job
+				 WHERE kind = $1 AND args->>$3 = $2`, tt.r.RowKind(), soon, tt.idArg).Scan(&n, &scheduledAt, &attemptedAt, &deadlineArg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := time.UnixMilli(deadline + 1); n != 1 || !scheduledAt.Equal(want) {
 				t.Fatalf("%d row jobs, scheduled at %s; want one, scheduled at %s", n, scheduledAt, want)
+			}
+			// The schedule carries the deadline (jobDeadlineMs); a
+			// deadline_ms too would cost river_job's args index an entry.
+			if deadlineArg {
+				t.Fatal("the row job enqueued ahead has deadline_ms in its args; want its schedule alone to carry it")
 			}
 			if attemptedAt.Before(scheduledAt) {
 				t.Fatalf("row job started at %s, before its deadline's %s", attemptedAt, scheduledAt)
@@ -78,50 +86,72 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 }
 
 // TestRowJobStartedBeforeItsDeadlineWaitsForIt: a row job that starts
-// before the deadline in its args (here inserted without a schedule; in
-// production by clock skew between the database and the process) snoozes
-// until the deadline and then applies its action, instead of finding the
-// row not due and leaving it to a later tick. No tick runs and River polls
-// only once a minute, so the second start is the waker's doing.
+// before its deadline (in production by clock skew between the database and
+// the process) snoozes until the deadline and then applies its action,
+// instead of finding the row not due and leaving it to a later tick. The
+// deadline reaches the job two ways: in its args (deadline_ms; here the job
+// is inserted without a schedule, so it starts at once), or, as a scan
+// enqueues a row ahead, as its schedule one millisecond after the deadline
+// with no deadline_ms (jobDeadlineMs). No tick runs and River polls only
+// once a minute, so the second start is the waker's doing.
 //
 // The process's clock stands still until the first snooze, so the job's
-// first start is before its deadline however late it starts.
+// first start is before its deadline however late it starts. Were the
+// schedule not read as the deadline, the scheduled job would start after it
+// by the database's clock, apply at once, and never snooze.
 func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 	t.Parallel()
+	ways := []struct {
+		name string
+		// insert enqueues the row job of row id of tt for deadline.
+		insert func(ctx context.Context, f *fleet.Fleet, tt deadlineRow, id string, deadline int64) (*rivertype.JobInsertResult, error)
+	}{
+		{"args", func(ctx context.Context, f *fleet.Fleet, tt deadlineRow, id string, deadline int64) (*rivertype.JobInsertResult, error) {
+			return f.Client.Insert(ctx, tt.rowJob(3, id, deadline), nil)
+		}},
+		{"schedule", func(ctx context.Context, f *fleet.Fleet, tt deadlineRow, id string, deadline int64) (*rivertype.JobInsertResult, error) {
+			at := time.UnixMilli(deadline + 1)
+			res, err := f.Client.Insert(ctx, tt.rowJob(3, id, 0), &river.InsertOpts{ScheduledAt: at})
+			f.Waker.At(at) // as the scan asks, else the first start waits for River's poll
+			return res, err
+		}},
+	}
 	for _, tt := range deadlineRows {
 		if tt.rowJob == nil {
 			continue // the promotion's re-check snoozes on its own (TestEarlyPromotionSnoozesUntilDue)
 		}
-		t.Run(tt.r.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			db := testdb.New(t)
-			f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), FetchPollInterval: time.Minute})
-			c := f.Workers.Stats().For(tt.r.Name)
-			t0 := time.Now()
-			f.Workers.StubClock(func() time.Time {
-				if c.Snoozes.Load() == 0 {
-					return t0
+		for _, way := range ways {
+			t.Run(tt.r.Name+"/"+way.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				db := testdb.New(t)
+				f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), FetchPollInterval: time.Minute})
+				c := f.Workers.Stats().For(tt.r.Name)
+				t0 := time.Now()
+				f.Workers.StubClock(func() time.Time {
+					if c.Snoozes.Load() == 0 {
+						return t0
+					}
+					return time.Now()
+				})
+				deadline := t0.UnixMilli() + 1500
+				id := tt.insert(t, db.Pool, 3, deadline)
+				res, err := way.insert(ctx, f, tt, id, deadline)
+				if err != nil {
+					t.Fatal(err)
 				}
-				return time.Now()
+				fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
+					return tt.acted(t, db.Pool, 3, id), fleettest.Statusf("%+v", readJob(t, db.Pool, res.Job.ID))
+				})
+				if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
+					t.Fatalf("job = %+v; want completed in one attempt after one snooze", j)
+				}
+				waitApplied(t, f.Workers.Stats().For(tt.r.Name), 1)
+				if st := f.Workers.Stats().For(tt.r.Name).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
+					t.Fatalf("stats %+v; want applied once after one snooze", st)
+				}
 			})
-			deadline := t0.UnixMilli() + 1500
-			id := tt.insert(t, db.Pool, 3, deadline)
-			res, err := f.Client.Insert(ctx, tt.rowJob(3, id, deadline), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
-				return tt.acted(t, db.Pool, 3, id), fleettest.Statusf("%+v", readJob(t, db.Pool, res.Job.ID))
-			})
-			if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
-				t.Fatalf("job = %+v; want completed in one attempt after one snooze", j)
-			}
-			waitApplied(t, f.Workers.Stats().For(tt.r.Name), 1)
-			if st := f.Workers.Stats().For(tt.r.Name).Snapshot(); st.Applied != 1 || st.NoOps != 0 || st.Snoozes != 1 {
-				t.Fatalf("stats %+v; want applied once after one snooze", st)
-			}
-		})
+		}
 	}
 }
 
@@ -249,4 +279,34 @@ func freezeUntilEnqueuedAhead(f *fleet.Fleet, c *workers.Counters) int64 {
 		return time.Now()
 	})
 	return t0.UnixMilli()
+}
+
+// TestJobDeadlineMs: where a row job's deadline is read from. A regression
+// that read a River-given schedule (created and scheduled at once) or a
+// retry's backoff as the deadline would record a queue wait or a backoff as
+// lateness, and snooze jobs started by skew for nothing.
+func TestJobDeadlineMs(t *testing.T) {
+	t.Parallel()
+	created := time.UnixMilli(1_767_000_000_000)
+	tests := []struct {
+		name   string
+		job    rivertype.JobRow
+		argsMs int64
+		want   int64
+	}{
+		{"args", rivertype.JobRow{CreatedAt: created, ScheduledAt: created}, 1_766_999_990_000, 1_766_999_990_000},
+		{"args over a schedule", rivertype.JobRow{CreatedAt: created, ScheduledAt: created.Add(time.Second)}, 42, 42},
+		{"enqueued ahead", rivertype.JobRow{CreatedAt: created, ScheduledAt: created.Add(2500 * time.Millisecond)}, 0, 1_767_000_002_499},
+		{"scheduled before its creation (the process's clock behind the database's)", rivertype.JobRow{CreatedAt: created, ScheduledAt: created.Add(-5 * time.Millisecond)}, 0, 1_766_999_999_994},
+		{"scheduled by River", rivertype.JobRow{CreatedAt: created, ScheduledAt: created}, 0, 0},
+		{"retried", rivertype.JobRow{CreatedAt: created, ScheduledAt: created.Add(time.Minute), Errors: []rivertype.AttemptError{{Attempt: 1}}}, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := workers.JobDeadlineMs(&tt.job, tt.argsMs); got != tt.want {
+				t.Fatalf("JobDeadlineMs = %d; want %d", got, tt.want)
+			}
+		})
+	}
 }

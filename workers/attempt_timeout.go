@@ -50,7 +50,7 @@ type attemptExpireWorker struct {
 func (w *attemptExpireWorker) Work(ctx context.Context, job *river.Job[jobs.AttemptExpireArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[store.LeaseRef, store.AttemptTimeoutResult]{
-		r: AttemptTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: AttemptTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.expires, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
 		changed: func(r store.AttemptTimeoutResult) bool { return r.Applied },
 		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},

@@ -44,7 +44,7 @@ func (w *budgetResetWorker) Work(ctx context.Context, job *river.Job[jobs.Budget
 	// store's retries (a usage report or an admin reset of the same budget
 	// at once): River retries the job.
 	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.BudgetResetResult]{
-		r: BudgetReset, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: BudgetReset, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.resets, key: a.BudgetID,
 		changed: func(r store.BudgetResetResult) bool { return r.Applied },
 		row:     store.DueRow{ID: a.BudgetID},

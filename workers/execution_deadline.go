@@ -39,7 +39,7 @@ type deadlineExpireWorker struct {
 func (w *deadlineExpireWorker) Work(ctx context.Context, job *river.Job[jobs.DeadlineExpireArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.DeadlineResult]{
-		r: ExecutionDeadline, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: ExecutionDeadline, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.expires, key: a.ExecutionID,
 		changed: func(r store.DeadlineResult) bool { return r.Applied },
 		row:     store.DueRow{ID: a.ExecutionID},

@@ -29,3 +29,6 @@ func (s *Set) StubClock(fn func() time.Time) {
 	}
 	s.d.clock.Store(&fn)
 }
+
+// JobDeadlineMs is jobDeadlineMs.
+var JobDeadlineMs = jobDeadlineMs

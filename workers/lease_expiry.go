@@ -40,7 +40,7 @@ type leaseReleaseWorker struct {
 func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.LeaseReleaseArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[store.LeaseRef, store.ReleaseResult]{
-		r: LeaseExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: LeaseExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.releases, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
 		changed: func(r store.ReleaseResult) bool { return r.Released },
 		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},

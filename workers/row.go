@@ -78,6 +78,25 @@ func (d *deps) beforeDeadline(r *Reconciler, deadlineMs int64) error {
 	return d.snooze(r, wait)
 }
 
+// jobDeadlineMs returns the deadline (Unix ms; 0: none) a row job of a
+// reconciler with deadlines was enqueued for: argsMs, its args'
+// deadline_ms, when set (a row already due when scanned), else, for a job
+// given a schedule of its own (a row enqueued ahead, whose scan leaves
+// deadline_ms out; see runScan), that schedule less the millisecond the
+// scan adds. A job River scheduled itself (created and scheduled at the same
+// instant) has none, and neither has one on a retry, whose schedule is its
+// backoff's. A snooze before the deadline moves the schedule to just after
+// it, which keeps the deadline read from it.
+func jobDeadlineMs(job *rivertype.JobRow, argsMs int64) int64 {
+	if argsMs > 0 {
+		return argsMs
+	}
+	if len(job.Errors) > 0 || job.ScheduledAt.Equal(job.CreatedAt) {
+		return 0
+	}
+	return job.ScheduledAt.UnixMilli() - 1
+}
+
 // applied records an applied row action of r and its lateness when the row
 // job carried the deadline it was scanned with.
 func (d *deps) applied(r *Reconciler, deadlineMs int64) {
@@ -97,7 +116,7 @@ type rowAction[K comparable, R any] struct {
 	r          *Reconciler
 	job        *rivertype.JobRow
 	partition  int16
-	deadlineMs int64 // the deadline the row was enqueued for (0: none)
+	deadlineMs int64 // the deadline the row was enqueued for (0: none; see jobDeadlineMs)
 	// co runs the action for key, batched with other rows of the
 	// partition; changed says whether it changed the row.
 	co      *coalesce.Coalescer[int16, K, R]

@@ -39,7 +39,7 @@ type suspensionExpireWorker struct {
 func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.SuspensionExpireArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.SuspensionExpireResult]{
-		r: SuspensionTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: SuspensionTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.suspensions, key: a.ExecutionID,
 		changed: func(r store.SuspensionExpireResult) bool { return r.Applied },
 		row:     store.DueRow{ID: a.ExecutionID},

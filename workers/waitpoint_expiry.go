@@ -40,7 +40,7 @@ type waitpointCloseWorker struct {
 func (w *waitpointCloseWorker) Work(ctx context.Context, job *river.Job[jobs.WaitpointCloseArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[string, store.WaitpointCloseResult]{
-		r: WaitpointExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: WaitpointExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.closes, key: a.WaitpointID,
 		changed: func(r store.WaitpointCloseResult) bool { return r.Closed },
 		row:     store.DueRow{ID: a.WaitpointID},

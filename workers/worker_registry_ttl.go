@@ -46,7 +46,7 @@ type workerSweepWorker struct {
 func (w *workerSweepWorker) Work(ctx context.Context, job *river.Job[jobs.WorkerSweepArgs]) error {
 	a := job.Args
 	res, logs, ok, err := act(ctx, w.d, rowAction[store.WorkerRef, store.WorkerSweepResult]{
-		r: WorkerRegistryTTL, job: job.JobRow, partition: a.Partition, deadlineMs: a.DeadlineMs,
+		r: WorkerRegistryTTL, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.sweeps, key: store.WorkerRef{Namespace: a.Namespace, WorkerInstanceID: a.WorkerInstanceID},
 		changed: func(r store.WorkerSweepResult) bool { return r.Swept },
 		row:     store.DueRow{ID: a.Namespace, ID2: a.WorkerInstanceID},

@@ -64,12 +64,17 @@ type Stage struct {
 
 // stagesSQL measures, per job kind of one reconciler, the wait in the queue
 // (scheduled_at → attempted_at), the run (attempted_at → finalized_at),
-// for row jobs carrying the deadline they were enqueued for, the time from
-// that deadline to their insertion (tick wait + fan-out + scan), and per
-// tick the time its burst of scans took to start.
+// for row jobs carrying the deadline they were enqueued for (deadline_ms, or
+// for a row enqueued ahead its schedule less 1 ms, as the workers read
+// it), the time from that deadline to their insertion (tick wait + fan-out +
+// scan; negative ahead), and per tick the time its burst of scans took to
+// start.
 const stagesSQL = `
 WITH j AS (
-    SELECT kind, scheduled_at, created_at, attempted_at, finalized_at, (args->>'deadline_ms')::bigint AS deadline_ms
+    SELECT kind, scheduled_at, created_at, attempted_at, finalized_at,
+           coalesce((args->>'deadline_ms')::bigint,
+                    CASE WHEN queue = 'ff_rows' AND scheduled_at <> created_at AND errors IS NULL
+                         THEN (extract(epoch FROM scheduled_at) * 1000)::bigint - 1 END) AS deadline_ms
       FROM river.river_job
      WHERE kind LIKE 'ff.' || $1 || '.%' AND state = 'completed' AND attempted_at IS NOT NULL
 ), s AS (
