@@ -209,15 +209,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		for _, mode := range cfg.CommitModes {
 			e.commit = mode
 			e.progress("throughput: River's ceiling, %d no-op row jobs (synchronous_commit %s)", cfg.Due, mode)
-			ceiling, err := e.riverCeiling(ctx, cfg.Due)
+			ceiling, ceilingCPU, err := e.riverCeiling(ctx, cfg.Due, false)
 			if err != nil {
 				return rep, fmt.Errorf("River's ceiling (synchronous_commit %s): %w", mode, err)
 			}
-			e.progress("throughput: River's ceiling %.0f/s", ceiling)
-			if rep.RiverCeiling == nil {
-				rep.RiverCeiling = map[string]float64{}
+			e.progress("throughput: River's ceiling %.0f/s, CPU per job %s", ceiling, ceilingCPU)
+			e.progress("throughput: River's ceiling with our row's args and job log, %d no-op row jobs", cfg.Due)
+			shaped, shapedCPU, err := e.riverCeiling(ctx, cfg.Due, true)
+			if err != nil {
+				return rep, fmt.Errorf("River's ceiling with our row's args (synchronous_commit %s): %w", mode, err)
 			}
-			rep.RiverCeiling[mode] = ceiling
+			e.progress("throughput: River's ceiling with our row's args and job log %.0f/s, CPU per job %s", shaped, shapedCPU)
+			if rep.RiverCeiling == nil {
+				rep.RiverCeiling, rep.RiverCeilingCPU = map[string]float64{}, map[string]CPUCost{}
+				rep.ShapedCeiling, rep.ShapedCeilingCPU = map[string]float64{}, map[string]CPUCost{}
+			}
+			rep.RiverCeiling[mode], rep.RiverCeilingCPU[mode] = ceiling, ceilingCPU
+			rep.ShapedCeiling[mode], rep.ShapedCeilingCPU[mode] = shaped, shapedCPU
 			// What a row job costs besides its action (the job log, the
 			// GIN indexes) does not depend on the commit mode: measured
 			// under the first.
