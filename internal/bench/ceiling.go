@@ -215,5 +215,9 @@ func (e *env) runCeiling(ctx context.Context, due int, shaped bool) (float64, CP
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	return float64(due) / time.Since(start).Seconds(), cpu.per(due), nil
+	rate, cost := float64(due)/time.Since(start).Seconds(), cpu.per(due)
+	if cost.Postgres, err = postgresSplit(ctx, e.pool, cpu, due); err != nil {
+		return 0, CPUCost{}, err
+	}
+	return rate, cost, nil
 }

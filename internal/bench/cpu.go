@@ -1,12 +1,16 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // cpuSample is the machine's busy CPU time and this process's, at one moment.
@@ -15,11 +19,15 @@ import (
 // server's background work (WAL writer, checkpointer, autovacuum).
 type cpuSample struct {
 	machine, self time.Duration
+	pg            postgresCPU // each Postgres process's, for a split by pool
 }
 
 // CPUCost is the CPU one design spent per row acted on.
 type CPUCost struct {
 	Machine, Self time.Duration // per row; Self is this process (client side)
+	// Postgres is Postgres's part per row by who spent it (see
+	// postgresSplit); nil when not split.
+	Postgres map[string]time.Duration
 }
 
 func sampleCPU() cpuSample {
@@ -40,6 +48,7 @@ func sampleCPU() cpuSample {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
+	s.pg = samplePostgresCPU()
 	return s
 }
 
@@ -50,6 +59,56 @@ func (s0 cpuSample) per(rows int) CPUCost {
 		return CPUCost{}
 	}
 	return CPUCost{Machine: (s1.machine - s0.machine) / time.Duration(rows), Self: (s1.self - s0.self) / time.Duration(rows)}
+}
+
+// Who spent Postgres's CPU, by the application name each of the fleet's
+// pools gives its connections (and the benchmark's own pool, which inserts
+// the no-op runs' row jobs).
+const (
+	pgRiver = "River's pool" // fetches, completions, River's maintenance
+	pgWork  = "work pool"    // scans (their reads and row job inserts), row statements
+	pgTick  = "tick pool"    // tick queries
+	pgBench = "bench pool"   // the no-op scans' inserts
+	pgOther = "other"        // WAL writer, checkpointer, autovacuum, …
+)
+
+// PostgresParts are postgresSplit's parts in the order a report lists them.
+var PostgresParts = []string{pgRiver, pgWork, pgTick, pgBench, pgOther}
+
+// postgresSplit returns what Postgres spent since s0 per row, by part
+// (PostgresParts): each backend's CPU by the pool its application name
+// names, every other process under other. Backends are named as they are
+// now, so it is read before the pools close.
+func postgresSplit(ctx context.Context, pool *pgxpool.Pool, s0 cpuSample, rows int) (map[string]time.Duration, error) {
+	if rows <= 0 {
+		return nil, nil
+	}
+	s1 := samplePostgresCPU()
+	r, err := pool.Query(ctx, `SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'`)
+	if err != nil {
+		return nil, fmt.Errorf("backends' application names: %w", err)
+	}
+	names := map[int]string{}
+	var pid int
+	var name string
+	if _, err := pgx.ForEachRow(r, []any{&pid, &name}, func() error { names[pid] = name; return nil }); err != nil {
+		return nil, fmt.Errorf("backends' application names: %w", err)
+	}
+	out := map[string]time.Duration{}
+	for pid, cpu := range s1 {
+		out[pgPart(names[pid])] += (cpu - s0.pg[pid]) / time.Duration(rows)
+	}
+	return out, nil
+}
+
+func pgPart(appName string) string {
+	for prefix, part := range map[string]string{"ffreconcile-river": pgRiver, "ffreconcile-work": pgWork,
+		"ffreconcile-tick": pgTick, "ffreconcile-bench": pgBench} {
+		if strings.HasPrefix(appName, prefix) {
+			return part
+		}
+	}
+	return pgOther
 }
 
 func (c CPUCost) String() string {

@@ -147,6 +147,30 @@ func (r *Report) Markdown() string {
 				p("| %s | %s | %s | %s | %s | %+d µs | %+d µs | %s |", t.Reconciler, t.Commit, t.OursCPU, cc, sc,
 					(t.OursCPU.Machine - cc.Machine).Microseconds(), (sc.Machine - cc.Machine).Microseconds(), set)
 			}
+			p("")
+			p("Who spent it, per row: the benchmark's process (the client: River's client and ours) and Postgres's")
+			p("processes by the pool whose connection each backend serves: River's (fetches, completions), the work pool")
+			p("(scans' reads and their inserts of row jobs, the row statements), the tick pool, the benchmark's (the no-op")
+			p("runs' inserts of row jobs), and other processes (WAL writer, checkpointer, autovacuum).")
+			p("")
+			p("| run | synchronous_commit | machine | client | %s |", strings.Join(PostgresParts, " | "))
+			p("|---|---|---|---|%s", strings.Repeat("---|", len(PostgresParts)))
+			split := func(name, commit string, c CPUCost) {
+				parts := make([]string, len(PostgresParts))
+				for i, part := range PostgresParts {
+					parts[i] = fmt.Sprintf("%d µs", c.Postgres[part].Microseconds())
+				}
+				p("| %s | %s | %d µs | %d µs | %s |", name, commit, c.Machine.Microseconds(), c.Self.Microseconds(), strings.Join(parts, " | "))
+			}
+			for _, mode := range r.Config.CommitModes {
+				if c, ok := r.RiverCeilingCPU[mode]; ok {
+					split("River no-op", mode, c)
+					split("shaped no-op", mode, r.ShapedCeilingCPU[mode])
+				}
+			}
+			for _, t := range r.Throughput {
+				split("ours, "+t.Reconciler, t.Commit, t.OursCPU)
+			}
 		}
 		if slices.ContainsFunc(r.Throughput, func(t ThroughputResult) bool { return t.OursNoLogs > 0 }) {
 			p("")

@@ -249,6 +249,9 @@ func (e *env) runOurs(ctx context.Context, fc fleet.Config, reconciler string, d
 			// The CPU is read with the end, before the check below: that
 			// count reads every partition and is the benchmark's, not ours.
 			end, cpuCost = time.Now(), cpu.per(due)
+			if cpuCost.Postgres, err = postgresSplit(ctx, e.pool, cpu, due); err != nil {
+				return 0, "", CPUCost{}, err
+			}
 			n, err := remaining(ctx)
 			if err != nil {
 				return 0, "", CPUCost{}, err
