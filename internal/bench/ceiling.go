@@ -24,7 +24,6 @@ import (
 // queues, workers, fetch cooldown, pools and wake-ups). What is left of a
 // row's time in ours is our work: the tick, the scans' reads and the row
 // statements.
-
 //
 // The same run with our row's shape (shaped) tells River's share of what a
 // row of ours costs beyond a no-op job: its row jobs carry lease expiry's

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,16 +28,47 @@ func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 // IdleResult compares what an idle fleet costs Postgres with the seed's
-// loops, which scan every partition every tick.
+// loops, which scan every partition every tick: once for the seed's own
+// reconcilers and once for every reconciler against FlowFabric's whole
+// scanner supervisor (see idleSets).
 type IdleResult struct {
-	Window               time.Duration
-	OursStatementsPerSec float64
-	SeedStatementsPerSec float64
-	OursBackendCPUPct    float64 // % of one core used by our Postgres backends
-	SeedBackendCPUPct    float64
-	OursXactPerSec       float64 // pg_stat_database.xact_commit, whole database
-	SeedXactPerSec       float64
-	NotDueRows           int
+	Window     time.Duration
+	NotDueRows int
+	Runs       []IdleRun
+}
+
+// IdleRun is one idle comparison: a fleet of some reconcilers against the
+// seed's loops they replace.
+type IdleRun struct {
+	Set        string // which reconcilers (idleSet.name)
+	Ours, Seed IdleCost
+}
+
+// IdleCost is what one side costs Postgres while nothing is due.
+type IdleCost struct {
+	StatementsPerSec float64
+	BackendCPUPct    float64 // % of one core used by its Postgres backends
+	XactPerSec       float64 // pg_stat_database.xact_commit, whole database
+}
+
+// idleSet is a set of our reconcilers and the seed's loops they replace.
+type idleSet struct {
+	name        string
+	reconcilers []*workers.Reconciler // nil: the fleet's defaults
+	loops       []string              // seedIdleLoops by name; nil: all
+}
+
+// idleSets: the seed's five reconcilers against their loops (delayed
+// promotion has none on Postgres), then the default fleet against
+// FlowFabric's whole scanner supervisor.
+func idleSets() []idleSet {
+	return []idleSet{
+		{name: "the seed's reconcilers",
+			reconcilers: []*workers.Reconciler{workers.LeaseExpiry, workers.SuspensionTimeout, workers.DelayedPromotion,
+				workers.CancelDispatch, workers.CancelReconcile},
+			loops: []string{"lease_expiry", "suspension_timeout", "cancel_dispatch", "cancel_reconcile"}},
+		{name: "every reconciler"},
+	}
 }
 
 func (e *env) idle(ctx context.Context) (IdleResult, error) {
@@ -54,44 +86,64 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
+	for _, set := range idleSets() {
+		run, err := e.idleRun(ctx, set)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", set.name, err)
+		}
+		res.Runs = append(res.Runs, run)
+	}
+	return res, nil
+}
 
-	// Ours: one process with every reconciler enabled.
-	e.progress("idle: ours for %s", e.cfg.IdleFor)
+// idleRun measures set's fleet, then its seed loops, on the same data.
+func (e *env) idleRun(ctx context.Context, set idleSet) (IdleRun, error) {
+	run := IdleRun{Set: set.name}
+	e.progress("idle, %s: ours for %s", set.name, e.cfg.IdleFor)
 	tr := &countingTracer{}
-	f, err := fleet.New(ctx, withTracer(e.fleetConfig(), tr))
+	fc := withTracer(e.fleetConfig(), tr)
+	if set.reconcilers != nil {
+		fc.Reconcilers = map[string]time.Duration{}
+		for _, r := range set.reconcilers {
+			fc.Reconcilers[r.Name] = r.Interval
+		}
+	}
+	f, err := fleet.New(ctx, fc)
 	if err != nil {
-		return res, err
+		return run, err
 	}
 	if err := f.Start(ctx); err != nil {
 		f.Close()
-		return res, err
+		return run, err
 	}
 	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
 	var apps []string
 	for _, pool := range []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"} {
 		apps = append(apps, store.ConnTagged(pool, f.ConnTag))
 	}
-	stmts, cpu, xacts, err := e.measure(ctx, apps, func() int64 { return tr.n.Load() })
+	run.Ours, err = e.measure(ctx, apps, func() int64 { return tr.n.Load() })
 	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	_ = f.Stop(stopCtx)
 	cancel()
 	f.Close()
 	if err != nil {
-		return res, err
+		return run, err
 	}
-	res.OursStatementsPerSec, res.OursBackendCPUPct, res.OursXactPerSec = stmts, cpu, xacts
 
 	// The seed: each reconciler's loop walks all partitions every interval.
-	e.progress("idle: seed loops for %s", e.cfg.IdleFor)
+	e.progress("idle, %s: seed loops for %s", set.name, e.cfg.IdleFor)
 	seedTr := &countingTracer{}
 	pool, err := dbconn.Open(ctx, e.url, dbconn.Options{MaxConns: 8, AppName: "ffreconcile-seedloop", Tracer: seedTr})
 	if err != nil {
-		return res, err
+		return run, err
 	}
 	defer pool.Close()
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, l := range seedIdleLoops() {
+		if set.loops != nil && !slices.Contains(set.loops, l.name) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -110,47 +162,46 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		}()
 	}
 	time.Sleep(2 * time.Second)
-	stmts, cpu, xacts, err = e.measure(ctx, []string{"ffreconcile-seedloop"}, func() int64 { return seedTr.n.Load() })
+	run.Seed, err = e.measure(ctx, []string{"ffreconcile-seedloop"}, func() int64 { return seedTr.n.Load() })
 	stopLoops()
 	wg.Wait()
 	if err != nil {
-		return res, err
+		return run, err
 	}
-	res.SeedStatementsPerSec, res.SeedBackendCPUPct, res.SeedXactPerSec = stmts, cpu, xacts
-	e.progress("idle: ours %.1f stmt/s, %.2f%% CPU; seed %.1f stmt/s, %.2f%% CPU",
-		res.OursStatementsPerSec, res.OursBackendCPUPct, res.SeedStatementsPerSec, res.SeedBackendCPUPct)
-	return res, nil
+	e.progress("idle, %s: ours %.1f stmt/s, %.2f%% CPU; seed %.1f stmt/s, %.2f%% CPU", set.name,
+		run.Ours.StatementsPerSec, run.Ours.BackendCPUPct, run.Seed.StatementsPerSec, run.Seed.BackendCPUPct)
+	return run, nil
 }
 
 // measure samples, over the idle window, the statements counted client-side,
 // the CPU time of the Postgres backends serving the given application names
 // (from /proc, the server runs on this machine), and committed transactions.
-func (e *env) measure(ctx context.Context, apps []string, count func() int64) (stmtsPerSec, cpuPct, xactPerSec float64, err error) {
+func (e *env) measure(ctx context.Context, apps []string, count func() int64) (IdleCost, error) {
 	cpu0, err := e.backendCPU(ctx, apps)
 	if err != nil {
-		return 0, 0, 0, err
+		return IdleCost{}, err
 	}
 	x0, err := e.xacts(ctx)
 	if err != nil {
-		return 0, 0, 0, err
+		return IdleCost{}, err
 	}
 	n0, t0 := count(), time.Now()
 	time.Sleep(e.cfg.IdleFor)
 	n1, secs := count(), time.Since(t0).Seconds()
 	cpu1, err := e.backendCPU(ctx, apps)
 	if err != nil {
-		return 0, 0, 0, err
+		return IdleCost{}, err
 	}
 	x1, err := e.xacts(ctx)
 	if err != nil {
-		return 0, 0, 0, err
+		return IdleCost{}, err
 	}
 	var cpuSecs float64
 	for pid, c := range cpu1 {
 		cpuSecs += c - cpu0[pid] // a backend that appeared mid-window counts from 0
 	}
 	// The two sampling queries themselves commit 2 transactions.
-	return float64(n1-n0) / secs, 100 * cpuSecs / secs, float64(x1-x0-2) / secs, nil
+	return IdleCost{StatementsPerSec: float64(n1-n0) / secs, BackendCPUPct: 100 * cpuSecs / secs, XactPerSec: float64(x1-x0-2) / secs}, nil
 }
 
 func (e *env) xacts(ctx context.Context) (int64, error) {

@@ -85,16 +85,17 @@ func (r *Report) Markdown() string {
 		p("and on warm connections, as a long-running process's are: before its window, each connection it uses has planned")
 		p("over every partition of the reconciler's tables (a backend builds its cache of a partition and its indexes the first")
 		p("time it plans against it), and ours has built the generic plans of its ticks' queries, as after its first ticks; the")
-		p("CPU of that warm-up is not counted.")
+		p("CPU of that warm-up is not counted. Ours is the default fleet (every reconciler ticking, one reconciler's rows")
+		p("due); \"alone\" is ours again with that reconciler alone in the fleet.")
 		p("")
 		if r.Config.OursOnly {
 			// Tuning runs measure ours alone: no references, no ratios.
 			p("Only ours was run (`--ours-only`): no reference designs, so no ratios or verdicts.")
 			p("")
-			p("| reconciler | synchronous_commit | ours | CPU per row |")
-			p("|---|---|---|---|")
+			p("| reconciler | synchronous_commit | ours | CPU per row | alone | CPU per row |")
+			p("|---|---|---|---|---|---|")
 			for _, t := range r.Throughput {
-				p("| %s | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU)
+				p("| %s | %s | %.0f | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU, t.Alone, t.AloneCPU)
 			}
 		} else {
 			p("| reconciler | synchronous_commit | ours | (a) seed loop | (b) per-row pool | (c) set-based | ours/(a) | ours/(b) | ours/(c) | ≥ 2×(a) | ≥ 0.6×(b) |")
@@ -112,6 +113,14 @@ func (r *Report) Markdown() string {
 			p("|---|---|---|---|---|---|")
 			for _, t := range r.Throughput {
 				p("| %s | %s | %s | %s | %s | %s |", t.Reconciler, t.Commit, t.OursCPU, t.SeedCPU, t.PoolCPU, t.SetCPU)
+			}
+			p("")
+			p("Ours with the reconciler alone in the fleet, against the default fleet's run above:")
+			p("")
+			p("| reconciler | synchronous_commit | ours (default fleet) | CPU per row | alone | CPU per row |")
+			p("|---|---|---|---|---|---|")
+			for _, t := range r.Throughput {
+				p("| %s | %s | %.0f | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU, t.Alone, t.AloneCPU)
 			}
 		}
 		if len(r.RiverCeiling) > 0 {
@@ -290,22 +299,30 @@ func (r *Report) Markdown() string {
 		p("")
 		p("## Idle cost")
 		p("")
-		p("Nothing due, %d not-due rows, every reconciler enabled, measured over %s. Statements are counted by the client", i.NotDueRows, i.Window)
-		p("(a pgx tracer on every pool); CPU is the user+system time of the Postgres backends serving the process, read")
-		p("from /proc; transactions are `pg_stat_database.xact_commit`. Ours runs every reconciler (retention aside, off without a retention); the seed side is")
-		p("FlowFabric's whole Postgres scanner supervisor, its eight loops at their defaults: lease expiry (1.5 s), attempt")
-		p("timeout (2 s) and suspension timeout (2 s) scan all 256 partitions every tick, budget reset its 32 budget partitions")
-		p("(15 s), the worker-registry sweep runs one DELETE per registry partition (30 s), the cancel dispatcher (1 s), its")
-		p("reconciler (10 s) and the dependency reconciler (15 s) one query each.")
+		p("Nothing due, %d not-due rows, measured over %s per side. Statements are counted by the client (a pgx tracer", i.NotDueRows, i.Window)
+		p("on every pool); CPU is the user+system time of the Postgres backends serving the process, read from /proc;")
+		p("transactions are `pg_stat_database.xact_commit`. Two comparisons, in the same run: the seed's reconcilers (lease")
+		p("expiry, suspension timeout, delayed promotion and the cancel pair) against the seed's loops for them (delayed")
+		p("promotion has none on Postgres); and every reconciler (the default fleet; retention aside, off without a")
+		p("retention) against FlowFabric's whole Postgres scanner supervisor, its eight loops at their defaults: lease")
+		p("expiry (1.5 s), attempt timeout (2 s) and suspension timeout (2 s) scan all 256 partitions every tick, budget")
+		p("reset its 32 budget partitions (15 s), the worker-registry sweep runs one DELETE per registry partition (30 s),")
+		p("the cancel dispatcher (1 s), its reconciler (10 s) and the dependency reconciler (15 s) one query each.")
 		p("")
-		p("| | statements/s | Postgres CPU (%% of a core) | transactions/s |")
-		p("|---|---|---|---|")
-		p("| ours | %.1f | %.2f | %.1f |", i.OursStatementsPerSec, i.OursBackendCPUPct, i.OursXactPerSec)
-		p("| seed loops | %.1f | %.2f | %.1f |", i.SeedStatementsPerSec, i.SeedBackendCPUPct, i.SeedXactPerSec)
-		p("| ours / seed | %.3f | %.3f | %.3f |", i.OursStatementsPerSec/i.SeedStatementsPerSec,
-			i.OursBackendCPUPct/i.SeedBackendCPUPct, i.OursXactPerSec/i.SeedXactPerSec)
+		p("| reconcilers | side | statements/s | Postgres CPU (%% of a core) | transactions/s |")
+		p("|---|---|---|---|---|")
+		for _, run := range i.Runs {
+			o, s := run.Ours, run.Seed
+			p("| %s | ours | %.1f | %.2f | %.1f |", run.Set, o.StatementsPerSec, o.BackendCPUPct, o.XactPerSec)
+			p("| %s | seed loops | %.1f | %.2f | %.1f |", run.Set, s.StatementsPerSec, s.BackendCPUPct, s.XactPerSec)
+			p("| %s | ours / seed | %.3f | %.3f | %.3f |", run.Set, o.StatementsPerSec/s.StatementsPerSec,
+				o.BackendCPUPct/s.BackendCPUPct, o.XactPerSec/s.XactPerSec)
+		}
 		p("")
-		p("Target ≤ 5 %% of the seed's statements per second: %s.", verdict(i.OursStatementsPerSec <= 0.05*i.SeedStatementsPerSec))
+		for _, run := range i.Runs {
+			p("Target ≤ 5 %% of the seed's statements per second, %s: %s.", run.Set,
+				verdict(run.Ours.StatementsPerSec <= 0.05*run.Seed.StatementsPerSec))
+		}
 	}
 	if r.Scale.SmallRows > 0 {
 		s := r.Scale

@@ -65,6 +65,10 @@ type ThroughputResult struct {
 	// under the first commit mode only.
 	OursGIN, NoLogsGIN ginSize
 	OursStats          string
+	// Alone is ours with this reconciler alone in the fleet (Ours runs the
+	// default fleet, every reconciler ticking beside it).
+	Alone    float64
+	AloneCPU CPUCost
 	// CPU per row of each design: the whole machine's (client, backends
 	// and the server's background work) and this process's.
 	OursCPU, SeedCPU, PoolCPU, SetCPU, NoLogsCPU CPUCost
@@ -110,12 +114,29 @@ func (e *env) throughput(ctx context.Context, sc scenario) (ThroughputResult, er
 		return res, err
 	}
 	res.Ours, res.OursStats, res.OursCPU = rate, stats, oursCPU
+	// Only the run above is profiled (--cpu-profile): the runs below would
+	// overwrite its profile.
+	prof := e.cfg.CPUProfile
+	e.cfg.CPUProfile = ""
+	defer func() { e.cfg.CPUProfile = prof }()
+
+	// (ours, alone) the same with this reconciler alone in the fleet.
+	if err := prepare(); err != nil {
+		return res, err
+	}
+	e.progress("throughput %s: ours alone", sc.name)
+	r, ok := workers.ByName(sc.name)
+	if !ok {
+		return res, fmt.Errorf("no reconciler %q", sc.name)
+	}
+	alone := fc
+	alone.Reconcilers = map[string]time.Duration{sc.name: cmp.Or(fc.Reconcilers[sc.name], r.Interval)}
+	if res.Alone, _, res.AloneCPU, err = e.runOurs(ctx, alone, sc.name, due, remaining); err != nil {
+		return res, err
+	}
+	e.progress("throughput %s: alone %.0f/s, CPU per row %s", sc.name, res.Alone, res.AloneCPU)
+
 	if e.rowCosts && !fc.DisableJobLogs {
-		// Only the run above is profiled (--cpu-profile): these would
-		// overwrite its profile.
-		prof := e.cfg.CPUProfile
-		e.cfg.CPUProfile = ""
-		defer func() { e.cfg.CPUProfile = prof }()
 		if err := prepare(); err != nil {
 			return res, err
 		}
