@@ -214,8 +214,9 @@ func (e *env) runCeiling(ctx context.Context, due int, shaped bool) (float64, CP
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	rate, cost := float64(due)/time.Since(start).Seconds(), cpu.per(due)
-	if cost.Postgres, err = postgresSplit(ctx, e.pool, cpu, due); err != nil {
+	rate := float64(due) / time.Since(start).Seconds()
+	cost, err := cpu.perByPool(ctx, e.pool, due)
+	if err != nil {
 		return 0, CPUCost{}, err
 	}
 	return rate, cost, nil

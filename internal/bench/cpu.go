@@ -26,7 +26,7 @@ type cpuSample struct {
 type CPUCost struct {
 	Machine, Self time.Duration // per row; Self is this process (client side)
 	// Postgres is Postgres's part per row by who spent it (see
-	// postgresSplit); nil when not split.
+	// perByPool); nil when not split.
 	Postgres map[string]time.Duration
 }
 
@@ -58,6 +58,11 @@ func (s0 cpuSample) per(rows int) CPUCost {
 	if rows <= 0 {
 		return CPUCost{}
 	}
+	return s0.costTo(s1, rows)
+}
+
+// costTo is the machine's and this process's CPU from s0 to s1, per row.
+func (s0 cpuSample) costTo(s1 cpuSample, rows int) CPUCost {
 	return CPUCost{Machine: (s1.machine - s0.machine) / time.Duration(rows), Self: (s1.self - s0.self) / time.Duration(rows)}
 }
 
@@ -72,33 +77,34 @@ const (
 	pgOther = "other"        // WAL writer, checkpointer, autovacuum, …
 )
 
-// PostgresParts are postgresSplit's parts in the order a report lists them.
+// PostgresParts are perByPool's parts in the order a report lists them.
 var PostgresParts = []string{pgRiver, pgWork, pgTick, pgBench, pgOther}
 
-// postgresSplit returns what Postgres spent since s0 per row, by part
-// (PostgresParts): each backend's CPU by the pool its application name
+// perByPool is per with Postgres's part split by who spent it (see
+// PostgresParts): each backend's CPU by the pool its application name
 // names, every other process under other. Backends are named as they are
 // now, so it is read before the pools close.
-func postgresSplit(ctx context.Context, pool *pgxpool.Pool, s0 cpuSample, rows int) (map[string]time.Duration, error) {
+func (s0 cpuSample) perByPool(ctx context.Context, pool *pgxpool.Pool, rows int) (CPUCost, error) {
+	s1 := sampleCPU()
 	if rows <= 0 {
-		return nil, nil
+		return CPUCost{}, nil
 	}
-	s1 := samplePostgresCPU()
+	cost := s0.costTo(s1, rows)
 	r, err := pool.Query(ctx, `SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'`)
 	if err != nil {
-		return nil, fmt.Errorf("backends' application names: %w", err)
+		return CPUCost{}, fmt.Errorf("backends' application names: %w", err)
 	}
 	names := map[int]string{}
 	var pid int
 	var name string
 	if _, err := pgx.ForEachRow(r, []any{&pid, &name}, func() error { names[pid] = name; return nil }); err != nil {
-		return nil, fmt.Errorf("backends' application names: %w", err)
+		return CPUCost{}, fmt.Errorf("backends' application names: %w", err)
 	}
-	out := map[string]time.Duration{}
-	for pid, cpu := range s1 {
-		out[pgPart(names[pid])] += (cpu - s0.pg[pid]) / time.Duration(rows)
+	cost.Postgres = map[string]time.Duration{}
+	for pid, cpu := range s1.pg {
+		cost.Postgres[pgPart(names[pid])] += (cpu - s0.pg[pid]) / time.Duration(rows)
 	}
-	return out, nil
+	return cost, nil
 }
 
 func pgPart(appName string) string {

@@ -91,12 +91,6 @@ func (r *Report) Markdown() string {
 		if r.Config.OursOnly {
 			// Tuning runs measure ours alone: no references, no ratios.
 			p("Only ours was run (`--ours-only`): no reference designs, so no ratios or verdicts.")
-			p("")
-			p("| reconciler | synchronous_commit | ours | CPU per row | alone | CPU per row |")
-			p("|---|---|---|---|---|---|")
-			for _, t := range r.Throughput {
-				p("| %s | %s | %.0f | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU, t.Alone, t.AloneCPU)
-			}
 		} else {
 			p("| reconciler | synchronous_commit | ours | (a) seed loop | (b) per-row pool | (c) set-based | ours/(a) | ours/(b) | ours/(c) | ≥ 2×(a) | ≥ 0.6×(b) |")
 			p("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -116,12 +110,12 @@ func (r *Report) Markdown() string {
 			}
 			p("")
 			p("Ours with the reconciler alone in the fleet, against the default fleet's run above:")
-			p("")
-			p("| reconciler | synchronous_commit | ours (default fleet) | CPU per row | alone | CPU per row |")
-			p("|---|---|---|---|---|---|")
-			for _, t := range r.Throughput {
-				p("| %s | %s | %.0f | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU, t.Alone, t.AloneCPU)
-			}
+		}
+		p("")
+		p("| reconciler | synchronous_commit | ours (default fleet) | CPU per row | alone | CPU per row |")
+		p("|---|---|---|---|---|---|")
+		for _, t := range r.Throughput {
+			p("| %s | %s | %.0f | %s | %.0f | %s |", t.Reconciler, t.Commit, t.Ours, t.OursCPU, t.Alone, t.AloneCPU)
 		}
 		if len(r.RiverCeiling) > 0 {
 			p("")

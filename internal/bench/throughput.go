@@ -269,8 +269,8 @@ func (e *env) runOurs(ctx context.Context, fc fleet.Config, reconciler string, d
 		if counters.Applied.Load() >= int64(due) {
 			// The CPU is read with the end, before the check below: that
 			// count reads every partition and is the benchmark's, not ours.
-			end, cpuCost = time.Now(), cpu.per(due)
-			if cpuCost.Postgres, err = postgresSplit(ctx, e.pool, cpu, due); err != nil {
+			end = time.Now()
+			if cpuCost, err = cpu.perByPool(ctx, e.pool, due); err != nil {
 				return 0, "", CPUCost{}, err
 			}
 			n, err := remaining(ctx)
