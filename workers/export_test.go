@@ -32,3 +32,7 @@ func (s *Set) StubClock(fn func() time.Time) {
 
 // JobDeadlineMs is jobDeadlineMs.
 var JobDeadlineMs = jobDeadlineMs
+
+// SetTickWait shortens how long a tick waits for the one running in its
+// process (TickWait).
+func (s *Set) SetTickWait(d time.Duration) { s.d.tickWait = d }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unicode"
 
@@ -139,21 +138,25 @@ func availableAhead(_ context.Context, params *rivertype.JobInsertParams) error 
 // (they all run on start) would need most of a default lock table
 // (max_locks_per_transaction 64 × max_connections 100 = 6,400 slots) and
 // fail with "out of shared memory" next to other work. One at a time they
-// stay far below it. Their queue (jobs.QueueTicks) has one worker per
-// process, which alone serialises them; the lock also covers ticks an
-// earlier version enqueued into the scans' queue, during a rolling upgrade.
+// stay far below it. Their queue (jobs.QueueTicks) has TickWorkers per
+// process so that the ticks due at one instant come in one fetch; the
+// others wait here for the one running, at most TickWait each. The lock
+// also covers ticks an earlier version enqueued into the scans' queue,
+// during a rolling upgrade.
 //
 // A job whose args River could not decode never reaches its worker (see
 // validating) and fails before it; the middleware then cancels it with the
 // reason instead of leaving it to River's retries, which would fail the same
 // way every time.
 func (s *Set) Middleware() []rivertype.Middleware {
-	var mu sync.Mutex
 	return []rivertype.Middleware{river.WorkerMiddlewareFunc(
 		func(ctx context.Context, job *rivertype.JobRow, doInner func(context.Context) error) error {
 			if _, step, ok := ByKind(job.Kind); ok && step == StepTick {
-				mu.Lock()
-				defer mu.Unlock()
+				if err := s.d.awaitTick(ctx); err != nil {
+					s.d.logFailed(job, err)
+					return err
+				}
+				defer func() { <-s.d.tickSem }()
 			}
 			var decoded bool
 			err := doInner(context.WithValue(ctx, argsDecodedKey{}, &decoded))
@@ -167,6 +170,27 @@ func (s *Set) Middleware() []rivertype.Middleware {
 			}
 			return err
 		})}
+}
+
+// awaitTick waits until no other tick of this process runs, at most
+// tickWait (River's job timeout starts only after the middleware, so the
+// wait has its own bound); the caller then releases tickSem.
+func (d *deps) awaitTick(ctx context.Context) error {
+	select { // the usual case: no tick runs
+	case d.tickSem <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(d.tickWait)
+	defer t.Stop()
+	select {
+	case d.tickSem <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("waited %s for the ticks ahead of it in this process", d.tickWait)
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the ticks ahead of it in this process: %w", ctx.Err())
+	}
 }
 
 // logFailed logs a job that failed and will be retried or discarded by

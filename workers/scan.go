@@ -228,6 +228,9 @@ func enqueueRows[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, j
 	if err := tx.Commit(ctx); err != nil {
 		return nil, false, fmt.Errorf("commit: %w", err)
 	}
+	if continued {
+		d.wakeScans(r)
+	}
 	return res, continued, nil
 }
 

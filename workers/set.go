@@ -51,6 +51,20 @@ const (
 	RowTimeout  = 10 * time.Second
 )
 
+// Ticks of one process. The leader inserts the ticks due at one instant
+// together, and a process fetches up to TickWorkers of them in one fetch:
+// fetched one by one (one worker), each tick cost a fetch of its own and
+// River one more after the last, most of an idle fleet's statements
+// (docs/performance.md, "Idle: the ticks' fetches"). They still run one at
+// a time (Middleware). A fetched tick waits at most TickWait for those
+// ahead of it, then fails (the next tick replaces it, see
+// jobs.TickMaxAttempts): with its own TickTimeout it stays within
+// ScanTimeout, so River never rescues a tick still waiting.
+const (
+	TickWorkers = 8
+	TickWait    = ScanTimeout - TickTimeout
+)
+
 // Defaults of Config.
 const (
 	DefaultBatchSize            = 1000
@@ -137,6 +151,13 @@ type Config struct {
 	// job at its next poll unless something wakes its producers;
 	// internal/fetchwake does. Defaults to none.
 	Wake func(time.Time)
+	// WakeScans, when set, is called once a tick's or a scan's insert of
+	// scans into jobs.QueueControl is committed. River notifies an insert
+	// at most once per queue per fetch cooldown, so a second tick's scans
+	// inserted right after the first's announce nothing and would wait for
+	// the queue's poll; internal/fetchwake announces them. Defaults to
+	// none.
+	WakeScans func(time.Time)
 	// Retention: terminal executions older than this are deleted with
 	// their sibling rows (the retention reconciler). Defaults to none:
 	// retention does not run, whatever the enabled reconcilers.
@@ -243,7 +264,7 @@ func New(cfg Config) (*Set, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Set{workers: river.NewWorkers(), d: &deps{cfg: cfg}}
+	s := &Set{workers: river.NewWorkers(), d: &deps{cfg: cfg, tickSem: make(chan struct{}, 1), tickWait: TickWait}}
 	for _, r := range registry {
 		if err := r.register(s.workers, s.d); err != nil {
 			return nil, fmt.Errorf("workers of %s: %w", r.Name, err)
@@ -298,6 +319,10 @@ func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 // deps is what the workers of one Set share.
 type deps struct {
 	cfg Config
+	// tickSem holds the one tick of this process that runs (Middleware).
+	tickSem chan struct{}
+	// tickWait is TickWait, shorter in tests (export_test.go).
+	tickWait time.Duration
 	// ahead: row jobs known to be queued for a future start.
 	ahead queuedAhead
 	// clock, when set (by tests only, export_test.go), stands in for
@@ -324,6 +349,15 @@ func (d *deps) due(r *Reconciler) *store.Due { return r.DueIn(d.cfg.Running) }
 
 // stats returns r's counters.
 func (d *deps) stats(r *Reconciler) *Counters { return d.cfg.Stats.For(r.Name) }
+
+// wakeScans announces r's scans just committed to the producers of their
+// queue (Config.WakeScans); retention's trims have a queue of their own,
+// in no hurry, left to its insert notification and poll.
+func (d *deps) wakeScans(r *Reconciler) {
+	if d.cfg.WakeScans != nil && r.scanQueue == jobs.QueueControl {
+		d.cfg.WakeScans(time.Now())
+	}
+}
 
 // lookahead is how far ahead of their deadline r takes rows.
 func (d *deps) lookahead(r *Reconciler) time.Duration {

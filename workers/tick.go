@@ -214,6 +214,9 @@ func (d *deps) fanOut(ctx context.Context, client *river.Client[pgx.Tx], r *Reco
 			skipped++
 		}
 	}
+	if skipped < len(res) {
+		d.wakeScans(r)
+	}
 	d.log().Debug("tick fanned out", "reconciler", r.Name, "partitions_due", len(w.parts),
 		"partitions_busy", skippedBusy, "busy_scanned_ahead_only", aheadOnly, "busy_rescanned", rescans,
 		"scans_enqueued", len(params)-skipped, "follow_up_scans", followUps, "scans_already_queued", waiting+skipped)

@@ -75,7 +75,7 @@ func parseRunFlags(args []string, stdout io.Writer) (*runConfig, error) {
 	f.Duration(&fc.DependencyStaleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold,
 		"dependency dispatches completion events undispatched this long after their commit, as FlowFabric's supervisor does (0: at once, woken by FlowFabric's ff_completion notification: the fleet is the primary dispatcher)")
 	f.Duration(&fc.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (0: only rows already due)")
-	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll; jobs waiting for their time are woken by the fleet itself, except with --poll-only")
+	f.Duration(&fc.FetchPollInterval, "fetch-poll-interval", "FF_FETCH_POLL_INTERVAL", fleet.DefaultFetchPollInterval, "how often idle queues poll (the ticks', scans' and retention queues every 5 s at most); jobs waiting for their time are woken by the fleet itself, except with --poll-only")
 	f.Duration(&fc.CompletedJobRetention, "completed-job-retention", "FF_COMPLETED_JOB_RETENTION", fleet.DefaultCompletedJobRetention, "how long completed jobs are kept for River UI")
 	f.DurationText(&fc.ReindexInterval, "river-reindex-interval", "FF_RIVER_REINDEX_INTERVAL", "River's, daily at midnight UTC", "how often River rebuilds river_job's indexes, whose GIN indexes grow with every job inserted")
 	f.Duration(&fc.RescueStuckJobsAfter, "rescue-stuck-jobs-after", "FF_RESCUE_STUCK_JOBS_AFTER", fleet.DefaultRescueStuckJobsAfter, "retry a job left running by a dead process after this")

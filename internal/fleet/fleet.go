@@ -15,6 +15,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -141,7 +142,9 @@ type Config struct {
 	// river_job (docs/performance.md). Defaults to DefaultRowFetchCooldown.
 	RowFetchCooldown time.Duration
 	// FetchPollInterval is how often idle queues poll for jobs that no
-	// notification announced. Defaults to DefaultFetchPollInterval.
+	// notification announced; the ticks', scans' and retention queues poll
+	// every 5 s at most unless PollOnly (notifiedPollInterval). Defaults to
+	// DefaultFetchPollInterval.
 	FetchPollInterval time.Duration
 	// CompletedJobRetention is how long completed jobs stay visible in
 	// River UI: row jobs are numerous, and River's 24 h default would grow
@@ -230,6 +233,9 @@ type Fleet struct {
 	// Waker wakes the row queue's producers when row jobs enqueued ahead
 	// fall due; nil with PollOnly (no notification reaches River then).
 	Waker *fetchwake.Waker
+	// ScanWaker announces the scans a tick or a scan inserts into
+	// jobs.QueueControl (workers.Config.WakeScans); nil with PollOnly.
+	ScanWaker *fetchwake.Waker
 	// Completions enqueues the dispatch of each completion event FlowFabric
 	// notifies, when the fleet is the primary dispatcher (a dependency
 	// stale threshold of none); nil otherwise.
@@ -240,7 +246,7 @@ type Fleet struct {
 	// DisableTakeover.
 	handoff *handoff
 
-	stopWaker func() // stops the waker's goroutine and waits for it
+	stopWaker func() // stops the wakers' goroutines and waits for them
 	// stopCompletions stops the completion listener and waits for it.
 	stopCompletions func()
 	// stopBeat stops the heartbeat's goroutine, which deletes the
@@ -557,7 +563,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		},
 		Pools: map[string]*pgxpool.Pool{"river": f.RiverPool, "work": f.WorkPool, "tick": f.TickPool},
 	})
-	var wake func(time.Time)
+	var wake, wakeScans func(time.Time)
 	if !cfg.PollOnly {
 		// Granules of one fetch cooldown: River fetches no more often.
 		w, err := fetchwake.New(fetchwake.Config{
@@ -571,6 +577,17 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			Namespace: "ffreconcile", Name: "fetch_wakeups_total",
 			Help: "Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due.",
 		}, func() float64 { return float64(w.Sent()) }))
+		sw, err := fetchwake.New(fetchwake.Config{
+			DB: f.RiverPool, Schema: cfg.RiverSchema, Queue: jobs.QueueControl, Granularity: controlFetchCooldown, Logger: cfg.Logger,
+		})
+		if err != nil {
+			return err
+		}
+		f.ScanWaker, wakeScans = sw, sw.At
+		f.Metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "ffreconcile", Name: "scan_wakeups_total",
+			Help: "Notifications sent to start the partition scans a tick or a scan inserted.",
+		}, func() float64 { return float64(sw.Sent()) }))
 	}
 	set, err := workers.New(workers.Config{
 		Pool:                     f.WorkPool,
@@ -588,6 +605,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		RowStatements:            cfg.RowStatements,
 		Lookahead:                lookaheads(cfg.Reconcilers, cfg.Lookahead),
 		Wake:                     wake,
+		WakeScans:                wakeScans,
 		Retention:                cfg.Retention,
 		OutboxRetention:          cfg.OutboxRetention,
 		DependencyStaleThreshold: cfg.DependencyStaleThreshold,
@@ -620,14 +638,16 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		}, &riverlog.MiddlewareConfig{MaxSizeBytes: 4096}))
 	}
 	queues := map[string]river.QueueConfig{
-		// Ticks, one at a time: each plans over every partition of its
-		// table and locks every child and index while it runs, so
-		// several at once would need most of a default lock table
-		// (max_locks_per_transaction 64 × max_connections 100 = 6,400
-		// slots) and fail with "out of shared memory" next to other
-		// work. Scans: few, short, and never stuck behind ticks or rows.
-		jobs.QueueTicks:   {MaxWorkers: 1, FetchCooldown: 10 * time.Millisecond},
-		jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: 10 * time.Millisecond},
+		// Ticks, one at a time (workers.Set.Middleware): each plans over
+		// every partition of its table and locks every child and index
+		// while it runs, so several at once would need most of a default
+		// lock table (max_locks_per_transaction 64 × max_connections 100
+		// = 6,400 slots) and fail with "out of shared memory" next to
+		// other work. A few workers, so that the ticks due at one
+		// instant come in one fetch. Scans: few, short, and never stuck
+		// behind ticks or rows.
+		jobs.QueueTicks:   {MaxWorkers: workers.TickWorkers, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: notifiedPollInterval(cfg)},
+		jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: controlFetchCooldown, FetchPollInterval: notifiedPollInterval(cfg)},
 		jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
 	}
 	if _, ok := cfg.Reconcilers[workers.Retention.Name]; ok || cfg.OutboxRetention > 0 {
@@ -700,6 +720,35 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	}
 	return nil
 }
+
+// notifiedPollInterval is how often the ticks' and the scans' queues poll.
+// Every job of theirs is announced when it is inserted: ticks by the
+// leader's periodic inserts, which are far more than River's limit of one
+// insert notification per queue per fetch cooldown apart, or by a process
+// handing over the ticks; scans by the ScanWaker after the tick or scan that
+// inserted them committed (River's own notification of a second insert
+// within the limit is held back); both, when made available again after a
+// failure, by River's scheduler, which notifies too. So their polls only
+// find jobs inserted while this process's listener was reconnecting: every
+// 5 s, not every second (a poll of an idle queue is one statement, and at
+// idle a fleet's statements are mostly its polls and ticks; see
+// docs/performance.md, "Idle: the ticks' fetches"). Polling only
+// (PollOnly), it is the configured interval. The rows' queue keeps it:
+// other services insert there, announced by their own clients' limits.
+func notifiedPollInterval(cfg Config) time.Duration {
+	if cfg.PollOnly {
+		return cfg.FetchPollInterval
+	}
+	return max(notifiedPoll, cfg.FetchPollInterval)
+}
+
+// notifiedPoll is the least poll interval of the queues whose every insert
+// is announced (notifiedPollInterval).
+const notifiedPoll = 5 * time.Second
+
+// controlFetchCooldown is the scans' queue's fetch cooldown, and the
+// granule of the ScanWaker's notifications: River fetches no more often.
+const controlFetchCooldown = 10 * time.Millisecond
 
 // newConnTag returns a random tag for the connections of one process: 16
 // hex digits, so that "ffreconcile-river <tag>" stays within Postgres's 63
@@ -825,9 +874,11 @@ func (f *Fleet) Start(ctx context.Context) error {
 	}
 	if f.Waker != nil && f.stopWaker == nil {
 		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); f.Waker.Run(wctx) }()
-		f.stopWaker = func() { cancel(); <-done }
+		var wg sync.WaitGroup
+		for _, w := range []*fetchwake.Waker{f.Waker, f.ScanWaker} {
+			wg.Go(func() { w.Run(wctx) })
+		}
+		f.stopWaker = func() { cancel(); wg.Wait() }
 	}
 	if f.Completions != nil && f.stopCompletions == nil {
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
