@@ -565,29 +565,32 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	})
 	var wake, wakeScans func(time.Time)
 	if !cfg.PollOnly {
-		// Granules of one fetch cooldown: River fetches no more often.
-		w, err := fetchwake.New(fetchwake.Config{
-			DB: f.RiverPool, Schema: cfg.RiverSchema, Queue: jobs.QueueRows, Granularity: cfg.RowFetchCooldown, Logger: cfg.Logger,
-		})
+		// A waker of queue in granules of its fetch cooldown (River fetches
+		// no more often), with its notifications counted as name.
+		newWaker := func(queue string, granularity time.Duration, name, help string) (*fetchwake.Waker, error) {
+			w, err := fetchwake.New(fetchwake.Config{
+				DB: f.RiverPool, Schema: cfg.RiverSchema, Queue: queue, Granularity: granularity, Logger: cfg.Logger,
+			})
+			if err != nil {
+				return nil, err
+			}
+			f.Metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: "ffreconcile", Name: name, Help: help,
+			}, func() float64 { return float64(w.Sent()) }))
+			return w, nil
+		}
+		w, err := newWaker(jobs.QueueRows, cfg.RowFetchCooldown, "fetch_wakeups_total",
+			"Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due.")
+		if err != nil {
+			return err
+		}
+		sw, err := newWaker(jobs.QueueControl, controlFetchCooldown, "scan_wakeups_total",
+			"Notifications sent to start the partition scans a tick or a scan inserted.")
 		if err != nil {
 			return err
 		}
 		f.Waker, wake = w, w.At
-		f.Metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "ffreconcile", Name: "fetch_wakeups_total",
-			Help: "Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due.",
-		}, func() float64 { return float64(w.Sent()) }))
-		sw, err := fetchwake.New(fetchwake.Config{
-			DB: f.RiverPool, Schema: cfg.RiverSchema, Queue: jobs.QueueControl, Granularity: controlFetchCooldown, Logger: cfg.Logger,
-		})
-		if err != nil {
-			return err
-		}
 		f.ScanWaker, wakeScans = sw, sw.At
-		f.Metrics.Registry().MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "ffreconcile", Name: "scan_wakeups_total",
-			Help: "Notifications sent to start the partition scans a tick or a scan inserted.",
-		}, func() float64 { return float64(sw.Sent()) }))
 	}
 	set, err := workers.New(workers.Config{
 		Pool:                     f.WorkPool,
