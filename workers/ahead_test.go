@@ -68,7 +68,12 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			if attemptedAt.Before(scheduledAt) {
 				t.Fatalf("row job started at %s, before its deadline's %s", attemptedAt, scheduledAt)
 			}
+			// The scan counts its jobs after their insert commits, so
+			// the job can be done before it is counted.
 			waitApplied(t, c, 1)
+			fleettest.WaitFor(t, 5*time.Second, "the row job counted as enqueued ahead", func() (bool, string) {
+				return c.EnqueuedAhead.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
+			})
 			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Applied != 1 || st.NoOps != 0 {
 				t.Fatalf("stats %+v; want 1 row enqueued ahead, applied once, no no-op", st)
 			}
@@ -258,7 +263,8 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	})
 	first := xmin()
 	fleettest.WaitFor(t, 30*time.Second, "a later scan finding the row queued", func() (bool, string) {
-		return c.AlreadyQueued.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
+		// EnqueuedAhead too: the first scan counts its job after the commit.
+		return c.AlreadyQueued.Load() > 0 && c.EnqueuedAhead.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
 	})
 	if got := xmin(); got != first {
 		t.Fatalf("the queued job's row was rewritten (xmin %s → %s): the row was offered to River again", first, got)
@@ -268,11 +274,15 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 	}
 }
 
-// freezeUntilEnqueuedAhead stubs f's clock to stand still at the current
-// time until c counts a row job enqueued ahead, and returns that time (ms).
+// freezeUntilEnqueuedAhead stubs the clock of f's ticks and scans to stand
+// still at the current time until c counts a row job enqueued ahead, and
+// returns that time (ms). Row jobs keep the real clock: the scan counts its
+// jobs after their insert commits, and a job started on time in between
+// once read the frozen clock, found itself 2.5 s early and snoozed (a CI
+// run: scheduled 2.7 s after its deadline).
 func freezeUntilEnqueuedAhead(f *fleet.Fleet, c *workers.Counters) int64 {
 	t0 := time.Now()
-	f.Workers.StubClock(func() time.Time {
+	f.Workers.StubScanClock(func() time.Time {
 		if c.EnqueuedAhead.Load() == 0 {
 			return t0
 		}

@@ -1,6 +1,7 @@
 package workers
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -20,14 +21,23 @@ func RowJobOf(r *Reconciler, p int16, row store.DueRow) river.JobArgs {
 }
 
 // StubClock has the set's ticks, scans and row jobs' waits for their
-// deadlines read fn instead of time.Now (see deps.now); nil restores
-// time.Now. Row actions keep the real clock.
+// deadlines read fn instead of time.Now (see deps.now and deps.rowNow); nil
+// restores time.Now. Row actions keep the real clock.
 func (s *Set) StubClock(fn func() time.Time) {
+	s.StubScanClock(fn)
+	stub(&s.d.rowClock, fn)
+}
+
+// StubScanClock is StubClock for the ticks and scans alone: row jobs wait
+// for their deadlines by time.Now.
+func (s *Set) StubScanClock(fn func() time.Time) { stub(&s.d.clock, fn) }
+
+func stub(clock *atomic.Pointer[func() time.Time], fn func() time.Time) {
 	if fn == nil {
-		s.d.clock.Store(nil)
+		clock.Store(nil)
 		return
 	}
-	s.d.clock.Store(&fn)
+	clock.Store(&fn)
 }
 
 // JobDeadlineMs is jobDeadlineMs.

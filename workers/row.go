@@ -71,7 +71,7 @@ func (d *deps) beforeDeadline(r *Reconciler, deadlineMs int64) error {
 	if deadlineMs <= 0 {
 		return nil
 	}
-	wait := time.UnixMilli(deadlineMs + 1).Sub(d.now())
+	wait := time.UnixMilli(deadlineMs + 1).Sub(d.rowNow())
 	if wait <= 0 || wait > jobs.RiverSchedulerInterval {
 		return nil
 	}

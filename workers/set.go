@@ -325,18 +325,26 @@ type deps struct {
 	tickWait time.Duration
 	// ahead: row jobs known to be queued for a future start.
 	ahead queuedAhead
-	// clock, when set (by tests only, export_test.go), stands in for
-	// time.Now in now.
-	clock atomic.Pointer[func() time.Time]
+	// clock and rowClock, when set (by tests only, export_test.go),
+	// stand in for time.Now in now and rowNow.
+	clock, rowClock atomic.Pointer[func() time.Time]
 }
 
-// now is the process's clock as ticks, scans and a row job's wait for its
-// deadline read it: time.Now, unless a test has stubbed it (as River's
-// services take a stubbable time generator), so that a test decides when a
-// row counts as due rather than racing the wall clock. Row actions re-check
-// their rows under lock by the real clock (store.NowMs) either way.
-func (d *deps) now() time.Time {
-	if f := d.clock.Load(); f != nil {
+// now is the process's clock as ticks and scans read it: time.Now, unless a
+// test has stubbed it (as River's services take a stubbable time
+// generator), so that a test decides when a row counts as due rather than
+// racing the wall clock. Row actions re-check their rows under lock by the
+// real clock (store.NowMs) either way.
+func (d *deps) now() time.Time { return stubbedOrNow(&d.clock) }
+
+// rowNow is the process's clock as a row job's wait for its deadline reads
+// it (beforeDeadline), stubbed apart from now: a test that freezes its
+// scans' clock so a row is found not yet due must not have that row's job,
+// started on time, read the frozen clock and snooze.
+func (d *deps) rowNow() time.Time { return stubbedOrNow(&d.rowClock) }
+
+func stubbedOrNow(clock *atomic.Pointer[func() time.Time]) time.Time {
+	if f := clock.Load(); f != nil {
 		return (*f)()
 	}
 	return time.Now()
