@@ -197,6 +197,10 @@ type Config struct {
 	// process's connections carry no tag, so others never judge it by
 	// them, and it judges no one.
 	DisableTakeover bool
+	// MetricsReadTimeout bounds each of a scrape's reads of the database
+	// (metrics.Config.ReadTimeout; 0: its default, 3 s). Tests that check
+	// the values read, on a loaded machine, give it longer.
+	MetricsReadTimeout time.Duration
 
 	// Logger receives structured logs. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -357,6 +361,9 @@ func (c Config) validate() error {
 	}
 	if c.ReindexInterval < 0 || (c.ReindexInterval > 0 && c.ReindexInterval < time.Second) {
 		return bad("ReindexInterval", c.ReindexInterval, "too short (minimum 1s; 0 keeps River's daily reindex)")
+	}
+	if c.MetricsReadTimeout < 0 {
+		return bad("MetricsReadTimeout", c.MetricsReadTimeout, "negative (0 keeps the default, %s)", metrics.DefaultReadTimeout)
 	}
 	if c.CompletedJobRetention < time.Second {
 		return bad("CompletedJobRetention", c.CompletedJobRetention, "too short (minimum 1s)")
@@ -553,7 +560,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
 		Retention: cfg.Retention, DependencyStaleThreshold: cfg.DependencyStaleThreshold, PartitionCount: cfg.PartitionCount, BudgetPartitionCount: cfg.BudgetPartitionCount,
-		Intervals: cfg.Reconcilers,
+		Intervals: cfg.Reconcilers, ReadTimeout: cfg.MetricsReadTimeout,
 		// Read at scrape time: the client is built below.
 		ClientID: func() string {
 			if f.Client == nil {

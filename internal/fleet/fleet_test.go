@@ -137,6 +137,7 @@ func TestConfigErrorsNameGoFields(t *testing.T) {
 	}{
 		{"BatchSize", Config{BatchSize: -1}, "BatchSize", "fleet.Config.BatchSize -1: out of range 1..10000"},
 		{"Lookahead", Config{Lookahead: time.Minute}, "Lookahead", "fleet.Config.Lookahead 1m0s: too long (at most 5s; negative turns it off)"},
+		{"MetricsReadTimeout", Config{MetricsReadTimeout: -time.Second}, "MetricsReadTimeout", "fleet.Config.MetricsReadTimeout -1s: negative (0 keeps the default, 3s)"},
 		{"CompletedJobRetention", Config{CompletedJobRetention: -1}, "CompletedJobRetention", "too short (minimum 1s)"},
 		{"RescueStuckJobsAfter", Config{RescueStuckJobsAfter: time.Second}, "RescueStuckJobsAfter", "must exceed the longest job timeout"},
 		{"Interval", Config{Reconcilers: map[string]time.Duration{"lease_expiry": time.Millisecond}}, "Reconcilers[lease_expiry]", "interval too short"},

@@ -72,7 +72,7 @@ type Config struct {
 	// CacheFor is how long the values read from the database are served
 	// before a scrape starts a new read. Defaults to 5 s.
 	CacheFor time.Duration
-	// ReadTimeout bounds each of a scrape's reads (see defaultReadTimeout).
+	// ReadTimeout bounds each of a scrape's reads (see DefaultReadTimeout).
 	// Defaults to 3 s.
 	ReadTimeout time.Duration
 }
@@ -96,7 +96,7 @@ func New(cfg Config) *Metrics {
 	cfg.PartitionCount = cmp.Or(cfg.PartitionCount, jobs.PartitionCount)
 	cfg.BudgetPartitionCount = cmp.Or(cfg.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
 	cfg.CacheFor = cmp.Or(cfg.CacheFor, 5*time.Second)
-	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, defaultReadTimeout)
+	cfg.ReadTimeout = cmp.Or(cfg.ReadTimeout, DefaultReadTimeout)
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		tickDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -355,12 +355,12 @@ func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// defaultReadTimeout bounds each of a scrape's reads (two per reconciler, one of
+// DefaultReadTimeout bounds each of a scrape's reads (two per reconciler, one of
 // River's jobs, one of its leader) rather than the scrape as a whole, so
 // that a slow database makes a scrape slower but does not starve the reads
 // that come last: ten reconcilers' counts sharing one budget once left the
 // River job gauge empty on a loaded server.
-const defaultReadTimeout = 3 * time.Second
+const DefaultReadTimeout = 3 * time.Second
 
 // inReadTx runs read in a transaction of its own in which Postgres stops any
 // statement after ReadTimeout (statement_timeout; the context, a second

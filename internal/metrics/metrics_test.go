@@ -122,7 +122,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		t.Errorf("no build_info with its labels:\n%s", body)
 	}
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry)})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry), MetricsReadTimeout: slowRead})
 	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
 		left := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return left == 0, fleettest.Statusf("%d left", left)

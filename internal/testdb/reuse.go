@@ -178,7 +178,12 @@ func readBaseline(ctx context.Context, db *DB) (*baseline, error) {
 	if err := db.Pool.QueryRow(ctx, writesSQL).Scan(&oids, &tables, &catalogs, &b.statted); err != nil {
 		return nil, fmt.Errorf("statistics: %w", err)
 	}
-	if len(oids) > 0 || len(catalogs) > 0 {
+	// Autovacuum may analyze a catalog of an offered database (the
+	// emptying's TRUNCATEs rewrite pg_class rows by the hundred) after its
+	// counts were reset: pg_statistic written, counted here, seen once in
+	// a loaded suite. That changes no table of the test's; the
+	// fingerprint, pg_statistic's row count included, is read after it.
+	if len(oids) > 0 || (len(catalogs) > 0 && !slices.Equal(catalogs, []string{"pg_statistic"})) {
 		return nil, fmt.Errorf("tables %v and catalogs %v written before the test got it", tables, catalogs)
 	}
 	return b, nil
