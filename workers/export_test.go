@@ -32,6 +32,7 @@ func (s *Set) StubClock(fn func() time.Time) {
 // for their deadlines by time.Now.
 func (s *Set) StubScanClock(fn func() time.Time) { stub(&s.d.clock, fn) }
 
+// stub sets clock's stub to fn (nil: none).
 func stub(clock *atomic.Pointer[func() time.Time], fn func() time.Time) {
 	if fn == nil {
 		clock.Store(nil)

@@ -343,6 +343,7 @@ func (d *deps) now() time.Time { return stubbedOrNow(&d.clock) }
 // started on time, read the frozen clock and snooze.
 func (d *deps) rowNow() time.Time { return stubbedOrNow(&d.rowClock) }
 
+// stubbedOrNow reads clock's stub, or time.Now when none is set.
 func stubbedOrNow(clock *atomic.Pointer[func() time.Time]) time.Time {
 	if f := clock.Load(); f != nil {
 		return (*f)()
