@@ -202,3 +202,36 @@ func TestScansOfBackToBackTicksStartWithoutAPoll(t *testing.T) {
 		return done == 2, fleettest.Statusf("%d of 2 scans completed", done)
 	})
 }
+
+// TestRowJobsOfBackToBackScansStartWithoutAPoll: a scan committing row
+// jobs already due soon after another scan's gets them started. River
+// announces an insert at most once per queue per fetch cooldown (here 3 s):
+// the first scan's job is announced and fetched at once, the second's, a
+// moment later, is not, and the rows' queue polls only every hour here. It
+// starts because the scan announces it (the rows' waker, as for jobs
+// enqueued ahead). Without that it waits for the poll and the test times
+// out (the second row not acted on); in the lateness bench such jobs waited
+// up to the 1 s poll (queue wait p99 1.4 s).
+//
+// The first insert comes a cooldown after the fleet's start, so that its
+// fetch is not held back by the start's own. (On a machine so slow that the
+// second insert comes a cooldown after the first, River announces it and
+// the test shows nothing either way.)
+func TestRowJobsOfBackToBackScansStartWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	const cooldown = 3 * time.Second
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), RowFetchCooldown: cooldown, FetchPollInterval: time.Hour})
+	time.Sleep(cooldown) // River's fetch limiter, primed at start, exposes no signal
+	for i, tt := range []deadlineRow{deadlineRows[0], deadlineRows[1]} {
+		p := int16(5 + i)
+		id := tt.insert(t, db.Pool, p, store.NowMs()-1000)
+		if err := f.Workers.Tick(ctx, f.Client, tt.r); err != nil {
+			t.Fatal(err)
+		}
+		fleettest.WaitFor(t, 15*time.Second, tt.r.Name+"'s row acted on", func() (bool, string) {
+			return tt.acted(t, db.Pool, p, id), fleettest.Statusf("%+v", f.Workers.Stats().For(tt.r.Name).Snapshot())
+		})
+	}
+}
