@@ -167,9 +167,9 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	}
 	// Jobs due now are announced too: River notifies an insert at most
 	// once per queue per fetch cooldown, so of two scans committing within
-	// one the second's jobs waited for the next fetch, up to the 1 s poll
-	// (the lateness bench's queue wait p99 1.4 s). Wake-ups of one granule
-	// are sent once, so a burst of scans costs a notification per granule.
+	// one the second's jobs could wait for the next fetch, up to the 1 s
+	// poll. Wake-ups of one granule are sent once, so a burst of scans
+	// costs a notification per granule.
 	if inserted > ahead {
 		d.wake(time.Now())
 	}

@@ -210,8 +210,7 @@ func TestScansOfBackToBackTicksStartWithoutAPoll(t *testing.T) {
 // moment later, is not, and the rows' queue polls only every hour here. It
 // starts because the scan announces it (the rows' waker, as for jobs
 // enqueued ahead). Without that it waits for the poll and the test times
-// out (the second row not acted on); in the lateness bench such jobs waited
-// up to the 1 s poll (queue wait p99 1.4 s).
+// out (the second row not acted on).
 //
 // The first insert comes a cooldown after the fleet's start, so that its
 // fetch is not held back by the start's own. (On a machine so slow that the
