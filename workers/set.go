@@ -149,7 +149,10 @@ type Config struct {
 	// snoozed, falls due, once its insert is committed (for a snooze: late
 	// enough for River's completer to have stored it). River fetches such a
 	// job at its next poll unless something wakes its producers;
-	// internal/fetchwake does. Defaults to none.
+	// internal/fetchwake does. Scans also call it with the time of their
+	// commit when they insert row jobs already due, which River's own
+	// insert notification may hold back (one per queue per fetch
+	// cooldown). Defaults to none.
 	Wake func(time.Time)
 	// WakeScans, when set, is called once a tick's or a scan's insert of
 	// scans into jobs.QueueControl is committed. River notifies an insert

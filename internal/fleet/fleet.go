@@ -235,7 +235,8 @@ type Fleet struct {
 	// DisableTakeover.
 	Taker *takeover.Taker
 	// Waker wakes the row queue's producers when row jobs enqueued ahead
-	// fall due; nil with PollOnly (no notification reaches River then).
+	// fall due and when a scan inserted row jobs already due; nil with
+	// PollOnly (no notification reaches River then).
 	Waker *fetchwake.Waker
 	// ScanWaker announces the scans a tick or a scan inserts into
 	// jobs.QueueControl (workers.Config.WakeScans); nil with PollOnly.
@@ -587,7 +588,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			return w, nil
 		}
 		w, err := newWaker(jobs.QueueRows, cfg.RowFetchCooldown, "fetch_wakeups_total",
-			"Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due.")
+			"Notifications sent to start row jobs enqueued ahead (or snoozed) when they fall due, and row jobs a scan inserted already due.")
 		if err != nil {
 			return err
 		}
