@@ -32,13 +32,16 @@ type AttemptExpireArgs struct {
 	Partition    int16  `json:"partition" river:"unique"`
 	ExecutionID  string `json:"execution_id" river:"unique"`
 	AttemptIndex int32  `json:"attempt_index" river:"unique"`
-	// DeadlineMs is the lease expiry the scan saw (Unix ms; 0: unknown),
-	// not part of the unique key: a job started before it snoozes until
-	// just after it, and it feeds the lateness metric. The action
-	// re-checks the attempt itself either way. A scan sets it for rows
-	// already due; a row it enqueues ahead gets a schedule instead, 1 ms
-	// after the deadline, which workers read as the deadline when this is
-	// 0 (as they read any schedule a job was given at insert).
+	// DeadlineMs is an optional deadline (Unix ms; 0: none), not part of
+	// the unique key: a job started before it snoozes until just after
+	// it. The fleet's scans leave it out (a value no other job has costs
+	// river_job's GIN index over args an entry of its own): a row already
+	// due gets none, and a row enqueued ahead a schedule 1 ms after its
+	// deadline, which workers read as the deadline when this is 0 (as they
+	// read any schedule a job was given at insert). Jobs of earlier
+	// versions carry it. The action re-checks the attempt under its lock
+	// either way, and the lateness metric measures from the lease expiry
+	// it finds there.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

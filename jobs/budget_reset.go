@@ -35,8 +35,9 @@ func (BudgetResetScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
 type BudgetResetArgs struct {
 	Partition int16  `json:"partition" river:"unique"`
 	BudgetID  string `json:"budget_id" river:"unique"`
-	// DeadlineMs is the reset time the scan saw (Unix ms; 0: unknown), not
-	// part of the unique key; see AttemptExpireArgs.DeadlineMs.
+	// DeadlineMs is an optional deadline (Unix ms; 0: none), not part of
+	// the unique key, which a job started before it waits for; the scans
+	// leave it out: see AttemptExpireArgs.DeadlineMs.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

@@ -30,11 +30,9 @@ func (SuspensionTimeoutScanArgs) InsertOpts() river.InsertOpts { return scanOpts
 type SuspensionExpireArgs struct {
 	Partition   int16  `json:"partition" river:"unique"`
 	ExecutionID string `json:"execution_id" river:"unique"`
-	// DeadlineMs is the timeout the scan saw (Unix ms; 0: unknown), not part
-	// of the unique key: a job started up to 5 s before it snoozes until
-	// just after it, and it feeds the lateness metric. The action re-checks
-	// the suspension itself either way. Set for rows already due; see
-	// AttemptExpireArgs.DeadlineMs for rows enqueued ahead.
+	// DeadlineMs is an optional deadline (Unix ms; 0: none), not part of
+	// the unique key, which a job started before it waits for; the scans
+	// leave it out: see AttemptExpireArgs.DeadlineMs.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

@@ -37,8 +37,9 @@ type WorkerSweepArgs struct {
 	Partition        int16  `json:"partition" river:"unique"`
 	Namespace        string `json:"namespace" river:"unique"`
 	WorkerInstanceID string `json:"worker_instance_id" river:"unique"`
-	// DeadlineMs is when the scan saw the registration lapse (Unix ms; 0:
-	// unknown), not part of the unique key; see AttemptExpireArgs.DeadlineMs.
+	// DeadlineMs is an optional deadline (Unix ms; 0: none), not part of
+	// the unique key, which a job started before it waits for; the scans
+	// leave it out: see AttemptExpireArgs.DeadlineMs.
 	DeadlineMs int64 `json:"deadline_ms,omitempty"`
 }
 

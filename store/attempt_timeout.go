@@ -96,12 +96,16 @@ type AttemptTimeoutResult struct {
 	// EventID is the lease event; CompletionEventID the completion event
 	// (0 when retried).
 	EventID, CompletionEventID int64
+	// DeadlineMs is the lease expiry the attempt had under its lock, when
+	// Applied: the deadline its lateness is measured from.
+	DeadlineMs int64
 }
 
 // expireAttemptsSQL is FlowFabric's attempt_timeout expire_one as one
 // statement, for a batch of attempts of distinct executions of one
 // partition ($2 execution ids, $3 attempt indexes, in order; $4 now):
 //   - att locks each attempt and re-checks its lease (expired before now),
+//     reading the expiry it had (the deadline lateness is measured from),
 //     ex then locks each execution and re-checks that it is still active:
 //     SELECT … FOR UPDATE re-evaluates its conditions on the newest
 //     committed version, so a renewal, a completion or a concurrent
@@ -126,7 +130,7 @@ WITH input AS (
     SELECT i.execution_id, i.attempt_index, i.ord
       FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS i(execution_id, attempt_index, ord)
 ), att AS (
-    SELECT a.execution_id, a.attempt_index
+    SELECT a.execution_id, a.attempt_index, a.lease_expires_at_ms
       FROM ff_attempt a JOIN input i ON i.execution_id = a.execution_id AND i.attempt_index = a.attempt_index
      WHERE a.partition_key = $1 AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $4
      ORDER BY a.execution_id
@@ -186,9 +190,11 @@ SELECT up_ex.execution_id IS NOT NULL,
        COALESCE(NOT up_ex.raw_ok, false),
        COALESCE(up_ex.bad_policy, ''),
        COALESCE(le.event_id, 0),
-       COALESCE(ce.event_id, 0)
+       COALESCE(ce.event_id, 0),
+       COALESCE(CASE WHEN up_ex.execution_id IS NOT NULL THEN att.lease_expires_at_ms END, 0)
   FROM input i
   LEFT JOIN up_ex ON up_ex.execution_id = i.execution_id
+  LEFT JOIN att ON att.execution_id = i.execution_id
   LEFT JOIN le ON le.execution_id = i.execution_id::text
   LEFT JOIN ce ON ce.execution_id = i.execution_id
  ORDER BY i.ord`
@@ -216,7 +222,7 @@ func ExpireAttempts(ctx context.Context, db DB, partition int16, refs []LeaseRef
 		args: func(round []int) []any {
 			return append([]any{partition, pick(ids, round), pick(idx, round), nowMs}, f.args()...)
 		},
-		dest: []any{&r.Applied, &r.Retried, &r.RawFieldsMalformed, &r.PolicyMalformed, &r.EventID, &r.CompletionEventID},
+		dest: []any{&r.Applied, &r.Retried, &r.RawFieldsMalformed, &r.PolicyMalformed, &r.EventID, &r.CompletionEventID, &r.DeadlineMs},
 		read: func() AttemptTimeoutResult { return r },
 		what: "expire timed-out attempt", partition: partition,
 		label: func(i int) string { return fmt.Sprintf("%s attempt %d", ids[i], idx[i]) },

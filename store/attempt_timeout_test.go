@@ -19,7 +19,8 @@ import (
 // with an `expired` completion event; both write one `expired` lease event,
 // and a second run changes nothing. A regression shows as a value FlowFabric
 // does not write (or one it writes left out), an event too many or missing,
-// or an action on a row FlowFabric leaves alone.
+// an action on a row FlowFabric leaves alone, or a DeadlineMs other than the
+// expiry of the lease interrupted (0: read after the statement cleared it).
 func TestExpireAttempts(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t).Pool
@@ -40,6 +41,11 @@ func TestExpireAttempts(t *testing.T) {
 		if !res.Applied || !res.Retried || res.CompletionEventID != 0 || res.EventID == 0 || res.RawFieldsMalformed || res.PolicyMalformed != "" {
 			t.Fatalf("result = %+v; want applied, retried, a lease event and no completion event", res)
 		}
+		// The statement clears lease_expires_at_ms: DeadlineMs is the
+		// expiry it had (seeded at now - 1), read before, not the NULL after.
+		if res.DeadlineMs != now-1 {
+			t.Fatalf("DeadlineMs = %d; want the interrupted lease's expiry %d", res.DeadlineMs, now-1)
+		}
 		checkInterrupted(t, pool, 7, id, 1, now)
 		after := fftest.ExecJSON(t, pool, 7, id)
 		want := map[string]any{"lifecycle_phase": "runnable", "ownership_state": "unowned",
@@ -49,8 +55,8 @@ func TestExpireAttempts(t *testing.T) {
 			t.Fatalf("completion events %+v; want none while retries remain", evs)
 		}
 		checkOneLeaseEvent(t, pool, 7, id, res.EventID, now)
-		if res := expireOne(t, pool, 7, id, 1, now+5); res.Applied {
-			t.Fatalf("second run = %+v; want no-op", res)
+		if res := expireOne(t, pool, 7, id, 1, now+5); res.Applied || res.DeadlineMs != 0 {
+			t.Fatalf("second run = %+v; want no-op, DeadlineMs 0", res)
 		}
 		if n := len(fftest.LeaseEvents(t, pool, id)); n != 1 {
 			t.Fatalf("%d lease events after a second run; want 1", n)
@@ -88,8 +94,9 @@ func TestExpireAttempts(t *testing.T) {
 			Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 2}}})
 		fftest.InsertAttempt(t, pool, 9, id, 0, fftest.Ms(now-5))
 		fftest.InsertAttempt(t, pool, 9, id, 1, fftest.Ms(now+60_000))
-		if res := expireOne(t, pool, 9, id, 0, now); !res.Applied || !res.Retried {
-			t.Fatalf("result = %+v; want applied and retried", res)
+		// DeadlineMs is the scanned attempt's expiry, not the current one's.
+		if res := expireOne(t, pool, 9, id, 0, now); !res.Applied || !res.Retried || res.DeadlineMs != now-5 {
+			t.Fatalf("result = %+v; want applied and retried, DeadlineMs %d", res, now-5)
 		}
 		if ex := fftest.ExecJSON(t, pool, 9, id); ex["attempt_index"] != float64(2) {
 			t.Fatalf("attempt_index = %v; want 2", ex["attempt_index"])
@@ -151,8 +158,10 @@ func TestExpireAttempts(t *testing.T) {
 				fftest.InsertExec(t, pool, e)
 			}
 			fftest.InsertAttempt(t, pool, p, id, 0, tt.lease)
-			if res := expireOne(t, pool, p, id, 0, now); res.Applied {
-				t.Fatalf("result = %+v; want no-op", res)
+			// DeadlineMs 0 even where the lease did lapse (the execution
+			// not active): nothing applied.
+			if res := expireOne(t, pool, p, id, 0, now); res.Applied || res.DeadlineMs != 0 {
+				t.Fatalf("result = %+v; want no-op, DeadlineMs 0", res)
 			}
 			att := fftest.ReadAttempt(t, pool, p, id, 0)
 			if (tt.lease == nil) != (att.LeaseExpiresAtMs == nil) || att.Outcome != nil {
@@ -182,7 +191,8 @@ func TestExpireAttempts(t *testing.T) {
 // the batch goes to a following statement, where it finds the execution no
 // longer active: a no-op, exactly as in FlowFabric's sequential loop. A
 // regression (both attempts in one statement) would apply the second one to
-// the execution as it was before the first.
+// the execution as it was before the first; another would give an attempt
+// another's DeadlineMs, or one to a no-op.
 func TestExpireAttemptsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -201,10 +211,15 @@ func TestExpireAttemptsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []struct{ applied, retried bool }{{true, true}, {true, false}, {false, false}, {false, false}, {false, false}}
+	// deadline is an applied attempt's own seeded expiry; the second attempt
+	// of term lapsed too, but is a no-op: 0.
+	want := []struct {
+		applied, retried bool
+		deadline         int64
+	}{{true, true, now - 3}, {true, false, now - 2}, {false, false, 0}, {false, false, 0}, {false, false, 0}}
 	for i, w := range want {
-		if res[i].Applied != w.applied || res[i].Retried != w.retried {
-			t.Errorf("result %d (%s) = %+v; want applied %v, retried %v", i, refs[i].ExecutionID, res[i], w.applied, w.retried)
+		if res[i].Applied != w.applied || res[i].Retried != w.retried || res[i].DeadlineMs != w.deadline {
+			t.Errorf("result %d (%s) = %+v; want applied %v, retried %v, DeadlineMs %d", i, refs[i].ExecutionID, res[i], w.applied, w.retried, w.deadline)
 		}
 	}
 	if att := fftest.ReadAttempt(t, pool, p, term, 1); att.LeaseExpiresAtMs == nil {
@@ -218,7 +233,7 @@ func TestExpireAttemptsBatch(t *testing.T) {
 // TestExpireAttemptRechecksUnderLock: a renewal holding the attempt row when
 // the timeout starts, committing while it waits on the lock, wins; the
 // timeout changes nothing. Without the re-check under the lock, a renewed
-// lease would be interrupted.
+// lease would be interrupted, or its new expiry reported as DeadlineMs.
 func TestExpireAttemptRechecksUnderLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -254,6 +269,9 @@ func TestExpireAttemptRechecksUnderLock(t *testing.T) {
 	case res := <-done:
 		if res[0].Applied {
 			t.Fatalf("the timeout interrupted a renewed lease: %+v", res[0])
+		}
+		if res[0].DeadlineMs != 0 {
+			t.Fatalf("DeadlineMs = %d; want 0, nothing interrupted", res[0].DeadlineMs)
 		}
 	case err := <-errc:
 		t.Fatal(err)

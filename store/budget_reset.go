@@ -35,6 +35,10 @@ type BudgetResetResult struct {
 	// it is present but not a whole number that fits 64 bits, which
 	// FlowFabric reads as 0 (reset once, no next reset).
 	IntervalMalformed string
+	// DeadlineMs is the reset time the policy had under its lock (the one
+	// this reset served), when Applied: the deadline its lateness is
+	// measured from.
+	DeadlineMs int64
 }
 
 // resetBudgetsSQL is FlowFabric's budget_reset_reconciler_apply as one
@@ -43,7 +47,8 @@ type BudgetResetResult struct {
 // reports are serializable too; a reset in READ COMMITTED would break their
 // guarantees):
 //   - pol locks each policy FOR NO KEY UPDATE and re-checks that its reset
-//     is due; reads reset_interval_ms as FlowFabric's as_i64 does (a JSON
+//     is due, reading the reset time it had (lateness is measured from
+//     it); reads reset_interval_ms as FlowFabric's as_i64 does (a JSON
 //     integer in the 64-bit range, else 0), the cast in a CASE branch;
 //   - usage zeroes every dimension row of the budget;
 //   - up clears the breach and schedules the next reset at now + interval
@@ -64,7 +69,7 @@ const resetBudgetsSQL = `
 WITH input AS (
     SELECT i.budget_id, i.ord FROM unnest($2::text[]) WITH ORDINALITY AS i(budget_id, ord)
 ), pol AS (
-    SELECT p.budget_id, COALESCE(v.n, 0) AS reset_interval,
+    SELECT p.budget_id, p.next_reset_at_ms AS due_at_ms, COALESCE(v.n, 0) AS reset_interval,
            CASE WHEN q.ri IS NOT NULL AND v.n IS NULL THEN q.ri::text END AS bad_interval
       FROM ff_budget_policy p
      CROSS JOIN LATERAL (SELECT p.policy_json->'reset_interval_ms' AS ri) q
@@ -90,12 +95,13 @@ WITH input AS (
                                    THEN LEAST($3::numeric + pol.reset_interval, 9223372036854775807)::bigint END
       FROM pol
      WHERE p.partition_key = $1 AND p.budget_id = pol.budget_id
-    RETURNING p.budget_id, p.next_reset_at_ms, pol.bad_interval
+    RETURNING p.budget_id, p.next_reset_at_ms, pol.bad_interval, pol.due_at_ms
 )
 SELECT up.budget_id IS NOT NULL,
        COALESCE(up.next_reset_at_ms, 0),
        (SELECT count(*) FROM usage WHERE usage.budget_id = i.budget_id),
-       COALESCE(up.bad_interval, '')
+       COALESCE(up.bad_interval, ''),
+       COALESCE(up.due_at_ms, 0)
   FROM input i
   LEFT JOIN up ON up.budget_id = i.budget_id
  ORDER BY i.ord`
@@ -111,7 +117,7 @@ func ResetBudgets(ctx context.Context, db TxBeginner, partition int16, budgetIDs
 	return batch[BudgetResetResult]{
 		sql:  resetBudgetsSQL,
 		args: func(round []int) []any { return []any{partition, pick(budgetIDs, round), nowMs} },
-		dest: []any{&r.Applied, &r.NextResetAtMs, &r.UsageRows, &r.IntervalMalformed},
+		dest: []any{&r.Applied, &r.NextResetAtMs, &r.UsageRows, &r.IntervalMalformed, &r.DeadlineMs},
 		read: func() BudgetResetResult { return r },
 		what: "reset budget", partition: partition,
 		tx: &pgx.TxOptions{IsoLevel: pgx.Serializable},

@@ -92,7 +92,8 @@ func resetOne(t *testing.T, db store.TxBeginner, p int16, id string, now int64) 
 // call is a no-op, and the next reset, run late, schedules from its own now
 // (no catch-up). A regression shows as a column written that FlowFabric
 // keeps (or kept that it writes), a usage row of another budget zeroed, a
-// strict `<`, or a second call that resets again.
+// strict `<`, a second call that resets again, or a DeadlineMs other than
+// the reset time the policy had under its lock.
 func TestResetBudgetsResetsADueBudget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -133,7 +134,8 @@ func TestResetBudgetsResetsADueBudget(t *testing.T) {
 
 	before := budgetPolicyJSON(t, pool, p, id)
 	res := resetOne(t, pool, p, id, now)
-	if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: now + interval, UsageRows: 3}); res != want {
+	// DeadlineMs is the reset time served (seeded at now), not the next one.
+	if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: now + interval, UsageRows: 3, DeadlineMs: now}); res != want {
 		t.Fatalf("result = %+v; want %+v", res, want)
 	}
 	want := maps.Clone(before)
@@ -178,7 +180,8 @@ func TestResetBudgetsResetsADueBudget(t *testing.T) {
 	late := now + interval + 7
 	fftest.InsertBudgetUsage(t, pool, p, id, "fresh", 3)
 	res = resetOne(t, pool, p, id, late)
-	if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: late + interval, UsageRows: 4}); res != want {
+	// Its deadline is the reset the first one scheduled, not its late now.
+	if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: late + interval, UsageRows: 4, DeadlineMs: now + interval}); res != want {
 		t.Fatalf("next reset = %+v; want %+v", res, want)
 	}
 	for _, u := range fftest.ReadUsage(t, pool, p, id) {
@@ -202,7 +205,8 @@ func TestResetBudgetsResetsADueBudget(t *testing.T) {
 // is capped at its largest value (ours: FlowFabric's addition fails the row
 // at every tick). policy_json itself is never changed. A regression shows as
 // a string or float read as a number, a malformed value that blocks the
-// reset or goes unreported, or an overflow error.
+// reset or goes unreported, an overflow error, or a DeadlineMs other than
+// the reset time served.
 func TestResetBudgetsInterval(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t).Pool
@@ -246,13 +250,15 @@ func TestResetBudgetsInterval(t *testing.T) {
 			if tt.raw != "" {
 				policy = map[string]any{"reset_interval_ms": json.RawMessage(tt.raw)}
 			}
-			id := fftest.InsertBudget(t, pool, fftest.Budget{Partition: p, Policy: policy, NextResetAtMs: fftest.Ms(now - 1),
+			const due = now - 1 // the reset served, whatever the interval
+			id := fftest.InsertBudget(t, pool, fftest.Budget{Partition: p, Policy: policy, NextResetAtMs: fftest.Ms(due),
 				LastBreachAtMs: fftest.Ms(now - 2), LastBreachDim: fftest.Str("d")})
 			fftest.InsertBudgetUsage(t, pool, p, id, "d", 42)
 			policyBefore := fftest.ReadBudget(t, pool, p, id).PolicyJSON
 
 			res := resetOne(t, pool, p, id, now)
-			if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: tt.next, UsageRows: 1, IntervalMalformed: tt.malformed}); res != want {
+			if want := (store.BudgetResetResult{Applied: true, NextResetAtMs: tt.next, UsageRows: 1, IntervalMalformed: tt.malformed,
+				DeadlineMs: due}); res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
 			}
 			b := fftest.ReadBudget(t, pool, p, id)
@@ -337,8 +343,8 @@ func TestResetBudgetsNoOps(t *testing.T) {
 // usage rows, one without usage rows (still reset, UsageRows 0), one not
 // due, a missing one, a malformed interval, one reset once, and repeated
 // ids (no-ops the second time, as a second call is). A regression shows as
-// results out of order, a repeated id reset twice, or a budget's usage
-// counted against another.
+// results out of order, a repeated id reset twice, a budget's usage
+// counted against another, or a budget given another's DeadlineMs.
 func TestResetBudgetsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -367,14 +373,15 @@ func TestResetBudgetsBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// DeadlineMs is each budget's own seeded reset time.
 	want := []store.BudgetResetResult{
 		{},
-		{Applied: true, NextResetAtMs: now + 1_000, UsageRows: 2},
+		{Applied: true, NextResetAtMs: now + 1_000, UsageRows: 2, DeadlineMs: now - 10},
 		{},
-		{Applied: true, NextResetAtMs: now + 2_000},
-		{Applied: true, UsageRows: 1, IntervalMalformed: `"soon"`},
+		{Applied: true, NextResetAtMs: now + 2_000, DeadlineMs: now},
+		{Applied: true, UsageRows: 1, IntervalMalformed: `"soon"`, DeadlineMs: now - 1},
 		{}, // a-due again: rescheduled
-		{Applied: true, UsageRows: 3},
+		{Applied: true, UsageRows: 3, DeadlineMs: now - 1},
 		{}, // b-no-usage again
 		{}, // e-once again: unscheduled
 	}
@@ -435,7 +442,7 @@ func (c *txCounter) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, er
 // recorded breach count is kept, the reported usage is zeroed. A regression
 // to READ COMMITTED shows as a single transaction (the statement re-checking
 // under the lock instead of failing); a lost update as a committed change
-// overwritten.
+// overwritten; a wrong DeadlineMs as other than the seeded reset time.
 func TestResetBudgetsSerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -447,7 +454,8 @@ func TestResetBudgetsSerializationFailure(t *testing.T) {
 		// change runs in the concurrent transaction ($1 partition, $2
 		// budget id, $3 now).
 		change string
-		// want is the result of the run that follows the failed one.
+		// want is the result of the run that follows the failed one (its
+		// DeadlineMs the seeded reset time, now - 1, when applied).
 		want  store.BudgetResetResult
 		check func(t *testing.T, p int16, id string)
 	}{
@@ -469,7 +477,7 @@ func TestResetBudgetsSerializationFailure(t *testing.T) {
 			name: "BreachRecorded",
 			change: `UPDATE ff_budget_policy SET breach_count = breach_count + 1, last_breach_at_ms = $3::bigint - 1,
 				last_breach_dim = 'tokens', updated_at_ms = $3::bigint - 1 WHERE partition_key = $1 AND budget_id = $2`,
-			want: store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 1},
+			want: store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 1, DeadlineMs: now - 1},
 			check: func(t *testing.T, p int16, id string) {
 				if b := fftest.ReadBudget(t, pool, p, id); b.BreachCount != 3 || b.LastBreachAtMs != nil || b.UpdatedAtMs != now {
 					t.Fatalf("budget = %+v; want the committed breach count 3 kept, the breach cleared", b)
@@ -479,7 +487,7 @@ func TestResetBudgetsSerializationFailure(t *testing.T) {
 		{
 			name:   "UsageReported",
 			change: `UPDATE ff_budget_usage SET current_value = current_value + 7, updated_at_ms = $3::bigint - 1 WHERE partition_key = $1 AND budget_id = $2`,
-			want:   store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 1},
+			want:   store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 1, DeadlineMs: now - 1},
 			check: func(t *testing.T, p int16, id string) {
 				if u := fftest.ReadUsage(t, pool, p, id); u[0].CurrentValue != 0 || *u[0].LastResetAtMs != now {
 					t.Fatalf("usage = %+v; want the reported usage zeroed by the run after it", u)
@@ -543,7 +551,8 @@ func TestResetBudgetsSerializationFailure(t *testing.T) {
 // the budget is exactly as the other transactions left it, usage included.
 // The same call with nothing concurrent then succeeds. A regression shows
 // as another error, a reset applied over a concurrent change (READ
-// COMMITTED), or a partial reset left behind.
+// COMMITTED), a partial reset left behind, or that success reporting a
+// DeadlineMs other than the seeded reset time.
 func TestResetBudgetsPersistentSerializationFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -577,8 +586,10 @@ func TestResetBudgetsPersistentSerializationFailure(t *testing.T) {
 		t.Fatalf("usage after the failed reset = %+v; want %+v", got, usageBefore)
 	}
 
-	// The same call on the plain pool, nothing concurrent: it resets.
-	if res := resetOne(t, pool, p, id, now); res != (store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 2}) {
+	// The same call on the plain pool, nothing concurrent: it resets the
+	// reset seeded at now - 1.
+	if res := resetOne(t, pool, p, id, now); res != (store.BudgetResetResult{Applied: true, NextResetAtMs: now + 60_000, UsageRows: 2,
+		DeadlineMs: now - 1}) {
 		t.Fatalf("call with nothing concurrent = %+v; want the reset applied", res)
 	}
 }

@@ -45,6 +45,9 @@ type DeadlineResult struct {
 	RawFieldsMalformed bool
 	// EventID and CompletionEventID are the lease and completion events.
 	EventID, CompletionEventID int64
+	// DeadlineMs is the deadline the execution had under its lock, when
+	// Applied: the deadline its lateness is measured from.
+	DeadlineMs int64
 }
 
 // lockDeadlineExecutionsSQL takes the row locks of a batch of executions of
@@ -69,7 +72,8 @@ SELECT e.execution_id
 // lockDeadlineExecutionsSQL:
 //   - ex locks each execution and re-checks it under the lock (still
 //     active, deadline still passed): a completion or a moved deadline
-//     committed meanwhile makes it match nothing;
+//     committed meanwhile makes it match nothing; the deadline read there
+//     is returned (lateness is measured from it);
 //   - att interrupts the execution's current attempt (attempt_index of the
 //     execution, older attempts untouched), if there is one;
 //   - up makes the execution terminal, as FlowFabric writes it, merging
@@ -85,7 +89,7 @@ var expireDeadlinesSQL = `
 WITH input AS (
     SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
 ), ex AS (
-    SELECT e.execution_id, e.attempt_index
+    SELECT e.execution_id, e.attempt_index, e.deadline_at_ms
       FROM ff_exec_core e
      WHERE e.partition_key = $1 AND e.execution_id IN (SELECT execution_id FROM input)
        AND e.lifecycle_phase = 'active' AND e.deadline_at_ms IS NOT NULL AND e.deadline_at_ms < $3
@@ -112,7 +116,7 @@ WITH input AS (
                              ELSE e.raw_fields END
       FROM ex
      WHERE e.partition_key = $1 AND e.execution_id = ex.execution_id
-    RETURNING e.execution_id, e.flow_id, jsonb_typeof(e.raw_fields) = 'object' AS raw_ok,
+    RETURNING e.execution_id, e.flow_id, ex.deadline_at_ms, jsonb_typeof(e.raw_fields) = 'object' AS raw_ok,
               e.raw_fields->>'namespace' AS namespace, e.raw_fields->'tags'->>'cairn.instance_id' AS instance_tag
 ), ce AS (
     INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms)
@@ -131,7 +135,8 @@ SELECT up.execution_id IS NOT NULL,
        att.execution_id IS NOT NULL,
        COALESCE(NOT up.raw_ok, false),
        COALESCE(le.event_id, 0),
-       COALESCE(ce.event_id, 0)
+       COALESCE(ce.event_id, 0),
+       COALESCE(up.deadline_at_ms, 0)
   FROM input i
   LEFT JOIN up ON up.execution_id = i.execution_id
   LEFT JOIN att ON att.execution_id = i.execution_id
@@ -156,7 +161,7 @@ func ExpireDeadlines(ctx context.Context, db DB, partition int16, executionIDs [
 		args: func(round []int) []any {
 			return append([]any{partition, pick(executionIDs, round), nowMs}, f.args()...)
 		},
-		dest: []any{&r.Applied, &r.AttemptInterrupted, &r.RawFieldsMalformed, &r.EventID, &r.CompletionEventID},
+		dest: []any{&r.Applied, &r.AttemptInterrupted, &r.RawFieldsMalformed, &r.EventID, &r.CompletionEventID, &r.DeadlineMs},
 		read: func() DeadlineResult { return r },
 		lock: lockDeadlineExecutionsSQL, lockArgs: 2,
 		what: "expire execution past its deadline", partition: partition,

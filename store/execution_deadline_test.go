@@ -473,8 +473,9 @@ func TestExpireDeadlinesRechecksUnderLock(t *testing.T) {
 // without its attempt row, one with malformed raw_fields, no-ops (delayed,
 // deadline ahead, missing) in between, and an id repeated, a no-op the
 // second time as a second call would be (no second event). A regression
-// shows as results shifted between ids, a repeated id applied twice, or an
-// event written for the wrong execution.
+// shows as results shifted between ids, a repeated id applied twice, an
+// event written for the wrong execution, or a DeadlineMs other than the
+// execution's own deadline.
 func TestExpireDeadlinesBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -505,14 +506,14 @@ func TestExpireDeadlinesBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []store.DeadlineResult{
-		{Applied: true, AttemptInterrupted: true},
+		{Applied: true, AttemptInterrupted: true, DeadlineMs: now - 1},
 		{},
-		{Applied: true},
+		{Applied: true, DeadlineMs: now - 100},
 		{},
 		{},
-		{Applied: true, AttemptInterrupted: true, RawFieldsMalformed: true},
+		{Applied: true, AttemptInterrupted: true, RawFieldsMalformed: true, DeadlineMs: now - 1},
 		{}, // a again: terminal since the first
-		{Applied: true, AttemptInterrupted: true},
+		{Applied: true, AttemptInterrupted: true, DeadlineMs: now - 5},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d results for %d ids", len(got), len(ids))

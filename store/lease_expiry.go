@@ -59,13 +59,18 @@ type ReleaseResult struct {
 	RawFieldsMalformed bool
 	// EventID is the ff_lease_event row written, when Released.
 	EventID int64
+	// DeadlineMs is the lease expiry the attempt had under its lock, when
+	// Released: the deadline its lateness is measured from.
+	DeadlineMs int64
 }
 
 // releaseSQL is the seed's release_one transaction as one statement, for
 // a batch of attempts of one partition (input, in order $2/$3):
-//   - att re-checks each lease under its row lock (a renewal committed since
+//   - lk re-checks each lease under its row lock (a renewal committed since
 //     the scan makes it match nothing, and then nothing else happens for
-//     that attempt) and releases it with outcome lease_expired_reclaimable;
+//     that attempt), reading the expiry it had, and att releases it with
+//     outcome lease_expired_reclaimable (an UPDATE returns only the values
+//     it wrote: the expiry it clears is read first, under the same lock);
 //   - ec flips each execution to reclaimable-runnable only while it is still
 //     active, stamping raw_fields.lease_expired_at_ms;
 //   - ev writes one `expired` lease event per released attempt with the
@@ -80,15 +85,21 @@ var releaseSQL = `
 WITH input AS (
     SELECT i.execution_id, i.attempt_index, i.ord
       FROM unnest($2::uuid[], $3::int[]) WITH ORDINALITY AS i(execution_id, attempt_index, ord)
+), lk AS (
+    SELECT a.execution_id, a.attempt_index, a.lease_expires_at_ms, i.ord
+      FROM ff_attempt a JOIN input i ON i.execution_id = a.execution_id AND i.attempt_index = a.attempt_index
+     WHERE a.partition_key = $1
+       AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $4
+       AND ` + tenantExecSQL("a.execution_id", 5) + `
+     ORDER BY a.execution_id
+       FOR UPDATE OF a
 ), att AS (
     UPDATE ff_attempt a
        SET lease_expires_at_ms = NULL,
            outcome = 'lease_expired_reclaimable'
-      FROM input i
-     WHERE a.partition_key = $1 AND a.execution_id = i.execution_id AND a.attempt_index = i.attempt_index
-       AND a.lease_expires_at_ms IS NOT NULL AND a.lease_expires_at_ms < $4
-       AND ` + tenantExecSQL("a.execution_id", 5) + `
-    RETURNING a.execution_id, i.ord
+      FROM lk
+     WHERE a.partition_key = $1 AND a.execution_id = lk.execution_id AND a.attempt_index = lk.attempt_index
+    RETURNING a.execution_id, lk.ord, lk.lease_expires_at_ms
 ), cur AS (
     SELECT e.execution_id, e.raw_fields
       FROM ff_exec_core e
@@ -117,7 +128,8 @@ SELECT att.execution_id IS NOT NULL,
        ec.execution_id IS NOT NULL,
        cur.execution_id IS NULL,
        COALESCE(NOT ec.raw_ok, false),
-       COALESCE(ev.event_id, 0)
+       COALESCE(ev.event_id, 0),
+       COALESCE(att.lease_expires_at_ms, 0)
   FROM input i
   LEFT JOIN att ON att.ord = i.ord
   LEFT JOIN cur ON cur.execution_id = att.execution_id
@@ -160,7 +172,7 @@ func ReleaseExpiredLeases(ctx context.Context, db DB, partition int16, refs []Le
 		args: func(round []int) []any {
 			return append([]any{partition, pick(ids, round), pick(idx, round), nowMs}, f.args()...)
 		},
-		dest: []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID},
+		dest: []any{&r.Released, &r.ExecFlipped, &r.ExecMissing, &r.RawFieldsMalformed, &r.EventID, &r.DeadlineMs},
 		read: func() ReleaseResult {
 			if !r.Released {
 				r.ExecMissing = false

@@ -10,6 +10,12 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
+// TestReleaseExpiredLease checks the seed's release_one row by row: an
+// expired lease is released, its active execution flipped to reclaimable
+// with one `expired` lease event carrying its tenant, a terminal or missing
+// execution left as it is; a renewed lease is left alone. A regression shows
+// as a changed value the seed keeps, or a DeadlineMs other than the expiry
+// released (0: read after the statement cleared it).
 func TestReleaseExpiredLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -28,6 +34,11 @@ func TestReleaseExpiredLease(t *testing.T) {
 		}
 		if !res.Released || !res.ExecFlipped || res.ExecMissing || res.EventID == 0 {
 			t.Fatalf("result = %+v; want released, flipped, event written", res)
+		}
+		// The statement clears lease_expires_at_ms: DeadlineMs is the
+		// expiry it had (seeded at now - 1), read before, not the NULL after.
+		if res.DeadlineMs != now-1 {
+			t.Fatalf("DeadlineMs = %d; want the released expiry %d", res.DeadlineMs, now-1)
 		}
 		att := fftest.ReadAttempt(t, pool, 7, id, 2)
 		if att.LeaseExpiresAtMs != nil || att.Outcome == nil || *att.Outcome != "lease_expired_reclaimable" {
@@ -59,8 +70,8 @@ func TestReleaseExpiredLease(t *testing.T) {
 
 		// A second run (the job ran twice) changes nothing.
 		res, err = store.ReleaseExpiredLease(ctx, pool, 7, id, 2, now+5, store.Filter{})
-		if err != nil || res.Released {
-			t.Fatalf("second run = %+v, %v; want no-op", res, err)
+		if err != nil || res.Released || res.DeadlineMs != 0 {
+			t.Fatalf("second run = %+v, %v; want no-op, DeadlineMs 0", res, err)
 		}
 		if n := len(fftest.LeaseEvents(t, pool, id)); n != 1 {
 			t.Fatalf("%d lease events after a second run; want 1", n)
@@ -71,8 +82,9 @@ func TestReleaseExpiredLease(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 3})
 		fftest.InsertAttempt(t, pool, 3, id, 0, fftest.Ms(now+60_000))
 		res, err := store.ReleaseExpiredLease(ctx, pool, 3, id, 0, now, store.Filter{})
-		if err != nil || res.Released {
-			t.Fatalf("result = %+v, %v; want no-op", res, err)
+		// Not released: DeadlineMs 0, not the live lease's expiry.
+		if err != nil || res.Released || res.DeadlineMs != 0 {
+			t.Fatalf("result = %+v, %v; want no-op, DeadlineMs 0", res, err)
 		}
 		if ex := fftest.ReadExec(t, pool, 3, id); ex.LifecyclePhase != "active" || ex.RawFields["lease_expired_at_ms"] != nil {
 			t.Fatalf("exec changed: %+v", ex)
@@ -87,8 +99,8 @@ func TestReleaseExpiredLease(t *testing.T) {
 			PublicState: "completed", AttemptState: "attempt_terminal"})
 		fftest.InsertAttempt(t, pool, 4, id, 0, fftest.Ms(now-10))
 		res, err := store.ReleaseExpiredLease(ctx, pool, 4, id, 0, now, store.Filter{})
-		if err != nil || !res.Released || res.ExecFlipped {
-			t.Fatalf("result = %+v, %v; want released, not flipped", res, err)
+		if err != nil || !res.Released || res.ExecFlipped || res.DeadlineMs != now-10 {
+			t.Fatalf("result = %+v, %v; want released at its expiry %d, not flipped", res, err, now-10)
 		}
 		ex := fftest.ReadExec(t, pool, 4, id)
 		if ex.LifecyclePhase != "terminal" || ex.PublicState != "completed" || ex.RawFields["lease_expired_at_ms"] != nil {
@@ -133,7 +145,7 @@ func TestReleaseExpiredLease(t *testing.T) {
 // tenant, a renewed one and an unknown one as no-ops, a missing execution, a
 // malformed raw_fields, two attempts of one execution (the second sees the
 // first's change, as sequential runs would), and the same attempt twice
-// (released once).
+// (released once), each released one with its own expiry as DeadlineMs.
 func TestReleaseExpiredLeasesBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -159,12 +171,12 @@ func TestReleaseExpiredLeasesBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []store.ReleaseResult{
-		{Released: true, ExecFlipped: true},
-		{Released: true, ExecFlipped: true},
+		{Released: true, ExecFlipped: true, DeadlineMs: now - 1},
+		{Released: true, ExecFlipped: true, DeadlineMs: now - 5},
 		{},
-		{Released: true}, // b is runnable once its attempt 0 released it
-		{Released: true, ExecMissing: true},
-		{Released: true, ExecFlipped: true, RawFieldsMalformed: true},
+		{Released: true, DeadlineMs: now - 2}, // b is runnable once its attempt 0 released it
+		{Released: true, ExecMissing: true, DeadlineMs: now - 1},
+		{Released: true, ExecFlipped: true, RawFieldsMalformed: true, DeadlineMs: now - 1},
 		{},
 		{}, // the same attempt again: already released
 	}
@@ -204,9 +216,12 @@ func TestReleaseExpiredLeasesBatch(t *testing.T) {
 }
 
 // TestReleaseRechecksUnderLock proves the re-check happens under the row
-// lock: a renewal that holds the attempt row when the release starts, and
-// commits while the release waits on the lock, wins, and the release becomes
-// a no-op instead of overwriting the fresh lease.
+// lock: a change to the lease that holds the attempt row when the release
+// starts, and commits while the release waits on the lock, decides. A
+// renewal wins, and the release becomes a no-op instead of overwriting the
+// fresh lease (DeadlineMs 0, not the renewed expiry). An expiry moved but
+// still lapsed is released, and DeadlineMs is the moved one, found under the
+// lock (lateness is measured from it), not the one the scan saw.
 func TestReleaseRechecksUnderLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -214,49 +229,74 @@ func TestReleaseRechecksUnderLock(t *testing.T) {
 	pool := db.Pool
 	const now = int64(2_000_000)
 
-	id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 9})
-	fftest.InsertAttempt(t, pool, 9, id, 0, fftest.Ms(now-1))
+	tests := []struct {
+		name    string
+		moveTo  int64 // the lease expiry the concurrent change commits
+		release bool  // whether the release applies
+	}{
+		{name: "RenewedWins", moveTo: now + 30_000},
+		{name: "MovedButLapsed", moveTo: now - 10, release: true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := int16(9 + i)
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+			fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now-1))
 
-	renew, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer renew.Rollback(ctx) //nolint:errcheck
-	if _, err := renew.Exec(ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $1 WHERE partition_key = 9 AND execution_id = $2`,
-		now+30_000, id); err != nil {
-		t.Fatal(err)
-	}
+			change, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer change.Rollback(ctx) //nolint:errcheck
+			if _, err := change.Exec(ctx, `UPDATE ff_attempt SET lease_expires_at_ms = $1 WHERE partition_key = $2 AND execution_id = $3`,
+				tt.moveTo, p, id); err != nil {
+				t.Fatal(err)
+			}
 
-	done := make(chan store.ReleaseResult, 1)
-	errc := make(chan error, 1)
-	go func() {
-		res, err := store.ReleaseExpiredLease(ctx, pool, 9, id, 0, now, store.Filter{})
-		if err != nil {
-			errc <- err
-			return
-		}
-		done <- res
-	}()
+			done := make(chan store.ReleaseResult, 1)
+			errc := make(chan error, 1)
+			go func() {
+				res, err := store.ReleaseExpiredLease(ctx, pool, p, id, 0, now, store.Filter{})
+				if err != nil {
+					errc <- err
+					return
+				}
+				done <- res
+			}()
 
-	// Wait until the release is blocked on the renewal's row lock.
-	waitForLockWait(t, pool, "ff_attempt")
-	if err := renew.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case res := <-done:
-		if res.Released {
-			t.Fatalf("release overwrote a renewed lease: %+v", res)
-		}
-	case err := <-errc:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("release did not finish")
-	}
-	if att := fftest.ReadAttempt(t, pool, 9, id, 0); att.LeaseExpiresAtMs == nil || *att.LeaseExpiresAtMs != now+30_000 {
-		t.Fatalf("lease = %v; want the renewal's %d", att.LeaseExpiresAtMs, now+30_000)
-	}
-	if n := len(fftest.LeaseEvents(t, pool, id)); n != 0 {
-		t.Fatalf("%d events; want 0", n)
+			// Wait until the release is blocked on the change's row lock.
+			waitForLockWait(t, pool, "ff_attempt")
+			if err := change.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var res store.ReleaseResult
+			select {
+			case res = <-done:
+			case err := <-errc:
+				t.Fatal(err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("release did not finish")
+			}
+			events := len(fftest.LeaseEvents(t, pool, id))
+			att := fftest.ReadAttempt(t, pool, p, id, 0)
+			if !tt.release {
+				if res.Released || res.DeadlineMs != 0 {
+					t.Fatalf("release overwrote a renewed lease: %+v; want no-op, DeadlineMs 0", res)
+				}
+				if att.LeaseExpiresAtMs == nil || *att.LeaseExpiresAtMs != tt.moveTo {
+					t.Fatalf("lease = %v; want the renewal's %d", att.LeaseExpiresAtMs, tt.moveTo)
+				}
+				if events != 0 {
+					t.Fatalf("%d events; want 0", events)
+				}
+				return
+			}
+			if !res.Released || res.DeadlineMs != tt.moveTo {
+				t.Fatalf("result = %+v; want released, DeadlineMs %d (the moved expiry)", res, tt.moveTo)
+			}
+			if att.LeaseExpiresAtMs != nil || events != 1 {
+				t.Fatalf("lease = %v, %d events; want released with one event", att.LeaseExpiresAtMs, events)
+			}
+		})
 	}
 }

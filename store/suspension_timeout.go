@@ -43,6 +43,9 @@ type SuspensionExpireResult struct {
 	// UnknownBehavior: Behavior is none of the known values and was applied
 	// as fail.
 	UnknownBehavior bool
+	// DeadlineMs is the timeout the suspension had under its lock, when
+	// Applied: the deadline its lateness is measured from.
+	DeadlineMs int64
 
 	// Terminal actions (every action but TimeoutAutoResume).
 
@@ -82,8 +85,9 @@ type SuspensionExpireResult struct {
 //     re-evaluates its WHERE clause against the newest committed version: a
 //     signal that deleted the row, or a timeout cleared or moved to the
 //     future, makes it return nothing for that row, and then nothing else
-//     happens to it. The behaviour and member_map are read from that locked
-//     version. The later CTEs reach the rows only through sus, so they run
+//     happens to it. The behaviour, member_map and the timeout (the
+//     deadline the caller measures lateness from) are read from that
+//     locked version. The later CTEs reach the rows only through sus, so they run
 //     after the locks are taken, which are taken in execution id order.
 //   - resume appends the synthetic timeout signal to member_map.__timeout__
 //     and clears timeout_at_ms, so the row never fires again;
@@ -100,7 +104,7 @@ var expireSuspensionSQL = `
 WITH input AS (
     SELECT i.execution_id, i.ord FROM unnest($2::uuid[]) WITH ORDINALITY AS i(execution_id, ord)
 ), sus AS (
-    SELECT su.execution_id, su.timeout_behavior, su.member_map,
+    SELECT su.execution_id, su.timeout_behavior, su.member_map, su.timeout_at_ms,
            CASE WHEN su.timeout_behavior = 'auto_resume_with_timeout_signal' THEN 'auto_resume_with_timeout_signal'
                 WHEN su.timeout_behavior IN ('fail', 'cancel', 'expire', 'escalate') THEN su.timeout_behavior
                 ELSE 'fail' END AS action
@@ -170,7 +174,8 @@ SELECT sus.execution_id IS NOT NULL,
                      THEN sus.member_map::text END, ''),
        COALESCE(CASE WHEN sus.action = 'auto_resume_with_timeout_signal' AND jsonb_typeof(sus.member_map) = 'object'
                       AND jsonb_typeof(sus.member_map->'__timeout__') <> 'array'
-                     THEN jsonb_typeof(sus.member_map->'__timeout__') END, '')
+                     THEN jsonb_typeof(sus.member_map->'__timeout__') END, ''),
+       COALESCE(sus.timeout_at_ms, 0)
   FROM input i
   LEFT JOIN sus ON sus.execution_id = i.execution_id
   LEFT JOIN resume ON resume.execution_id = i.execution_id
@@ -213,7 +218,7 @@ func ExpireSuspensions(ctx context.Context, db DB, partition int16, executionIDs
 			return append([]any{partition, pick(executionIDs, round), nowMs}, f.args()...)
 		},
 		dest: []any{&r.Applied, &behavior, &r.Action, &r.ExecMissing, &r.RawFieldsMalformed, &r.Outcome,
-			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray},
+			&r.EventID, &r.TimeoutSignals, &r.MemberMapReplaced, &r.TimeoutEntryNotArray, &r.DeadlineMs},
 		read: func() SuspensionExpireResult {
 			res := r
 			res.Behavior = ""

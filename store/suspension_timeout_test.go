@@ -14,7 +14,8 @@ import (
 // TestExpireSuspensionTerminalBehaviours: every terminal behaviour (and NULL
 // and an unknown value, which mean fail) makes the execution terminal as the
 // seed writes it, deletes the suspension and writes one completion event
-// carrying the execution's flow, namespace and instance tag.
+// carrying the execution's flow, namespace and instance tag. A regression in
+// DeadlineMs shows as other than the deleted row's timeout (0 on a no-op).
 func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -56,6 +57,11 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 				res.ExecMissing || res.RawFieldsMalformed || res.Outcome != tt.outcome || res.EventID == 0 {
 				t.Fatalf("result = %+v; want applied %s, outcome %s, unknown %v, event written", res, tt.action, tt.outcome, tt.unknown)
 			}
+			// The row is deleted: DeadlineMs is its timeout, read under the
+			// lock before.
+			if res.DeadlineMs != now-1 {
+				t.Fatalf("DeadlineMs = %d; want the suspension's timeout %d", res.DeadlineMs, now-1)
+			}
 			ex := fftest.ReadExec(t, pool, p, id)
 			if ex.LifecyclePhase != "terminal" || ex.OwnershipState != "unowned" ||
 				ex.EligibilityState != "not_applicable" || ex.AttemptState != "attempt_terminal" {
@@ -89,8 +95,8 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 
 			// A second run (the job ran twice) changes nothing.
 			res, err = store.ExpireSuspension(ctx, pool, p, id, now+5, store.Filter{})
-			if err != nil || res.Applied {
-				t.Fatalf("second run = %+v, %v; want no-op", res, err)
+			if err != nil || res.Applied || res.DeadlineMs != 0 {
+				t.Fatalf("second run = %+v, %v; want no-op, DeadlineMs 0", res, err)
 			}
 			if n := len(fftest.CompletionEvents(t, pool, id)); n != 1 {
 				t.Fatalf("%d completion events after a second run; want 1", n)
@@ -133,7 +139,8 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 
 // TestExpireSuspensionAutoResume: auto-resume appends a timeout signal to
 // member_map.__timeout__, clears the timeout and leaves the execution
-// suspended; a timeout set again later appends a second signal.
+// suspended; a timeout set again later appends a second signal. A regression
+// in DeadlineMs shows as 0 (the cleared timeout read after the update).
 func TestExpireSuspensionAutoResume(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -171,13 +178,17 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 			res.MemberMapReplaced != "" || res.TimeoutEntryNotArray != "" || res.EventID != 0 {
 			t.Fatalf("result = %+v, %v; want applied auto-resume with 1 signal, no event", res, err)
 		}
+		// The resume clears timeout_at_ms: DeadlineMs is the timeout it had.
+		if res.DeadlineMs != now-1 {
+			t.Fatalf("DeadlineMs = %d; want the cleared timeout %d", res.DeadlineMs, now-1)
+		}
 		got := timeoutEntries(t, 40, id)
 		if len(got) != 1 || !reflect.DeepEqual(got[0], signal(now)) {
 			t.Fatalf("__timeout__ = %v; want [%v]", got, signal(now))
 		}
 		// The row never fires again while its timeout stays cleared.
-		if res, err := store.ExpireSuspension(ctx, pool, 40, id, now+10, store.Filter{}); err != nil || res.Applied {
-			t.Fatalf("re-run = %+v, %v; want no-op", res, err)
+		if res, err := store.ExpireSuspension(ctx, pool, 40, id, now+10, store.Filter{}); err != nil || res.Applied || res.DeadlineMs != 0 {
+			t.Fatalf("re-run = %+v, %v; want no-op, DeadlineMs 0", res, err)
 		}
 
 		// A timeout set again fires again and appends.
@@ -186,8 +197,8 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err = store.ExpireSuspension(ctx, pool, 40, id, now+100, store.Filter{})
-		if err != nil || !res.Applied || res.TimeoutSignals != 2 {
-			t.Fatalf("second timeout = %+v, %v; want applied with 2 signals", res, err)
+		if err != nil || !res.Applied || res.TimeoutSignals != 2 || res.DeadlineMs != now+50 {
+			t.Fatalf("second timeout = %+v, %v; want applied with 2 signals, DeadlineMs the timeout set again %d", res, err, now+50)
 		}
 		got = timeoutEntries(t, 40, id)
 		if len(got) != 2 || !reflect.DeepEqual(got[0], signal(now)) || !reflect.DeepEqual(got[1], signal(now+100)) {
@@ -236,7 +247,8 @@ func TestExpireSuspensionAutoResume(t *testing.T) {
 
 // TestExpireSuspensionResolvedIsLeftAlone: a suspension resolved between the
 // scan and the action (deleted by a signal, its timeout cleared or moved to
-// the future) is not touched.
+// the future) is not touched, and its DeadlineMs is 0 (a regression: the
+// moved timeout reported).
 func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -265,8 +277,8 @@ func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
-			if err != nil || res.Applied {
-				t.Fatalf("result = %+v, %v; want no-op", res, err)
+			if err != nil || res.Applied || res.DeadlineMs != 0 {
+				t.Fatalf("result = %+v, %v; want no-op, DeadlineMs 0", res, err)
 			}
 			if ex := fftest.ReadExec(t, pool, p, id); ex.LifecyclePhase != "suspended" {
 				t.Fatalf("exec changed: %+v", ex)
@@ -281,7 +293,8 @@ func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 // TestExpireSuspensionRechecksUnderLock proves the deadline and the
 // behaviour are read under the row lock: a writer holding the suspension row
 // when the action starts, and committing while the action waits on the lock,
-// decides what the action does.
+// decides what the action does, and the DeadlineMs it reports (0 when it
+// does nothing).
 func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -330,8 +343,8 @@ func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 60, LifecyclePhase: "suspended"})
 		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 60, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
 		res := hold(t, 60, id, `UPDATE ff_suspension_current SET timeout_at_ms = NULL WHERE partition_key = $1 AND execution_id = $2`)
-		if res.Applied {
-			t.Fatalf("action overrode a cleared timeout: %+v", res)
+		if res.Applied || res.DeadlineMs != 0 {
+			t.Fatalf("action overrode a cleared timeout: %+v; want no-op, DeadlineMs 0", res)
 		}
 		if ex := fftest.ReadExec(t, pool, 60, id); ex.LifecyclePhase != "suspended" {
 			t.Fatalf("exec = %s; want suspended", ex.LifecyclePhase)
@@ -350,8 +363,10 @@ func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 		res := hold(t, 61, id, `UPDATE ff_suspension_current
 			SET timeout_behavior = 'auto_resume_with_timeout_signal', member_map = '{"b": 2}'
 			WHERE partition_key = $1 AND execution_id = $2`)
-		if !res.Applied || res.Action != store.TimeoutAutoResume || res.TimeoutSignals != 1 {
-			t.Fatalf("result = %+v; want auto-resume applied", res)
+		// The timeout is untouched by the change: DeadlineMs is the seeded
+		// one, though the auto-resume cleared it.
+		if !res.Applied || res.Action != store.TimeoutAutoResume || res.TimeoutSignals != 1 || res.DeadlineMs != now-1 {
+			t.Fatalf("result = %+v; want auto-resume applied, DeadlineMs %d", res, now-1)
 		}
 		su, ok := fftest.ReadSuspension(t, pool, 61, id)
 		if !ok {
@@ -365,13 +380,27 @@ func TestExpireSuspensionRechecksUnderLock(t *testing.T) {
 			t.Fatalf("exec = %s; want suspended", ex.LifecyclePhase)
 		}
 	})
+
+	t.Run("MovedTimeoutIsTheDeadline", func(t *testing.T) {
+		// Moved earlier, still due, while the action waited: the action
+		// applies and reports the timeout it found under the lock, which
+		// lateness is measured from, not the one the scan saw.
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 62, LifecyclePhase: "suspended"})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 62, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+		res := hold(t, 62, id, `UPDATE ff_suspension_current SET timeout_at_ms = timeout_at_ms - 9
+			WHERE partition_key = $1 AND execution_id = $2`)
+		if !res.Applied || res.DeadlineMs != now-10 {
+			t.Fatalf("result = %+v; want applied, DeadlineMs %d (the moved timeout)", res, now-10)
+		}
+	})
 }
 
 // TestExpireSuspensionsBatch: a batch gives every suspension the result it
 // would get alone, in input order: each terminal behaviour with its own
 // event, auto-resume (with an object and a non-object member_map), a
 // suspension not yet due, one already gone, one whose execution is missing,
-// and an id repeated (a no-op the second time, as a second call would be).
+// and an id repeated (a no-op the second time, as a second call would be),
+// each applied one with its own timeout as DeadlineMs.
 func TestExpireSuspensionsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -407,14 +436,15 @@ func TestExpireSuspensionsBatch(t *testing.T) {
 		signals       int
 		replacedMap   bool
 		behaviorEmpty bool
+		deadline      int64 // the seeded timeout, when applied
 	}
 	wants := []want{
-		{applied: true, action: "cancel", outcome: "cancelled", event: true},
-		{applied: true, action: "fail", outcome: "expired", event: true, behaviorEmpty: true},
-		{applied: true, action: store.TimeoutAutoResume, signals: 1},
-		{applied: true, action: store.TimeoutAutoResume, signals: 1, replacedMap: true},
+		{applied: true, action: "cancel", outcome: "cancelled", event: true, deadline: now - 1},
+		{applied: true, action: "fail", outcome: "expired", event: true, behaviorEmpty: true, deadline: now - 5},
+		{applied: true, action: store.TimeoutAutoResume, signals: 1, deadline: now - 1},
+		{applied: true, action: store.TimeoutAutoResume, signals: 1, replacedMap: true, deadline: now - 1},
 		{behaviorEmpty: true},
-		{applied: true, action: "fail", execMissing: true, behaviorEmpty: true},
+		{applied: true, action: "fail", execMissing: true, behaviorEmpty: true, deadline: now - 1},
 		{behaviorEmpty: true},
 		{behaviorEmpty: true}, // cancel again: the suspension is gone
 	}
@@ -422,7 +452,7 @@ func TestExpireSuspensionsBatch(t *testing.T) {
 		g := got[i]
 		if g.Applied != w.applied || g.Action != w.action || g.Outcome != w.outcome || (g.EventID != 0) != w.event ||
 			g.ExecMissing != w.execMissing || g.TimeoutSignals != w.signals || (g.MemberMapReplaced != "") != w.replacedMap ||
-			(g.Behavior == "") != w.behaviorEmpty {
+			(g.Behavior == "") != w.behaviorEmpty || g.DeadlineMs != w.deadline {
 			t.Errorf("id %d (%s) = %+v, want %+v", i, ids[i], g, w)
 		}
 	}

@@ -41,6 +41,9 @@ type WaitpointCloseResult struct {
 	// ExecMissing: the waitpoint's execution row does not exist (the
 	// waitpoint is closed all the same, as FlowFabric does).
 	ExecMissing bool
+	// DeadlineMs is the expiry the waitpoint had under its lock, when
+	// Closed: the deadline its lateness is measured from.
+	DeadlineMs int64
 }
 
 // lockWaitpointsSQL takes the row locks of a batch of waitpoints of one
@@ -63,8 +66,9 @@ SELECT w.waitpoint_id
 // order; $3 now), run after lockWaitpointsSQL:
 //   - wp locks each waitpoint and re-checks its expiry under the lock (a
 //     signal that deleted it, or a cleared expiry, makes it match nothing);
-//   - del deletes it, keeping its execution and the member_map key (the
-//     waitpoint_key, or the waitpoint id when that is empty);
+//   - del deletes it, keeping its execution, its expiry (lateness is
+//     measured from it) and the member_map key (the waitpoint_key, or the
+//     waitpoint id when that is empty);
 //   - marks gathers, per execution, the markers of all its waitpoints
 //     closed here, so two waitpoints of one suspension in one batch both
 //     land in its member_map (one UPDATE per row, each with every key);
@@ -92,7 +96,7 @@ WITH input AS (
     DELETE FROM ff_waitpoint_pending w
      USING wp
      WHERE w.partition_key = $1 AND w.waitpoint_id = wp.waitpoint_id
-    RETURNING w.waitpoint_id, w.execution_id,
+    RETURNING w.waitpoint_id, w.execution_id, w.expires_at_ms,
               CASE WHEN w.waitpoint_key = '' THEN w.waitpoint_id::text ELSE w.waitpoint_key END AS key
 ), marks AS (
     SELECT execution_id, jsonb_object_agg(key, jsonb_build_object(
@@ -123,7 +127,8 @@ SELECT del.waitpoint_id IS NOT NULL,
        sus.execution_id IS NOT NULL,
        COALESCE(CASE WHEN sus.execution_id IS NOT NULL AND jsonb_typeof(old.member_map) <> 'object'
                      THEN old.member_map::text END, ''),
-       del.waitpoint_id IS NOT NULL AND ex.execution_id IS NULL
+       del.waitpoint_id IS NOT NULL AND ex.execution_id IS NULL,
+       COALESCE(del.expires_at_ms, 0)
   FROM input i
   LEFT JOIN del ON del.waitpoint_id = i.waitpoint_id
   LEFT JOIN sus ON sus.execution_id = del.execution_id
@@ -146,7 +151,7 @@ func CloseWaitpoints(ctx context.Context, db DB, partition int16, waitpointIDs [
 		args: func(round []int) []any {
 			return append([]any{partition, pick(waitpointIDs, round), nowMs}, f.args()...)
 		},
-		dest: []any{&r.Closed, &r.ExecutionID, &r.Key, &r.Marked, &r.MemberMapReplaced, &r.ExecMissing},
+		dest: []any{&r.Closed, &r.ExecutionID, &r.Key, &r.Marked, &r.MemberMapReplaced, &r.ExecMissing, &r.DeadlineMs},
 		read: func() WaitpointCloseResult { return r },
 		lock: lockWaitpointsSQL, lockArgs: 2,
 		what: "close expired waitpoint", partition: partition,

@@ -68,7 +68,8 @@ func checkNoWaitpointEvents(t *testing.T, db store.DB) {
 // suspension's other columns, the execution row and the execution's other
 // waitpoints untouched, no event; a second call is a no-op. A regression
 // shows as a marker missing, merged into the old value, under the wrong key,
-// or as another column, row or event written.
+// as another column, row or event written, or as a DeadlineMs other than
+// the seeded expiry.
 func TestCloseWaitpoints(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t).Pool
@@ -106,7 +107,7 @@ func TestCloseWaitpoints(t *testing.T) {
 			susBefore, execBefore := fftest.SuspensionJSON(t, pool, p, id), fftest.ExecJSON(t, pool, p, id)
 
 			res := closeWaitpointOne(t, pool, p, wid, now)
-			want := store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: key, Marked: true}
+			want := store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: key, Marked: true, DeadlineMs: now - 1}
 			if res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
 			}
@@ -156,7 +157,8 @@ func TestCloseWaitpoints(t *testing.T) {
 				ExpiresAtMs: fftest.Ms(now - 1)})
 			susBefore := fftest.SuspensionJSON(t, pool, p, id)
 			res := closeWaitpointOne(t, pool, p, wid, now)
-			want := store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k", Marked: true, MemberMapReplaced: tt.text}
+			want := store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k", Marked: true, MemberMapReplaced: tt.text,
+				DeadlineMs: now - 1}
 			if res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
 			}
@@ -176,7 +178,7 @@ func TestCloseWaitpoints(t *testing.T) {
 		wid := fftest.InsertWaitpoint(t, pool, fftest.Waitpoint{Partition: p, ExecutionID: id, Key: "wpk:k",
 			State: "active", ExpiresAtMs: fftest.Ms(now - 1)})
 		res := closeWaitpointOne(t, pool, p, wid, now)
-		if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k"}); res != want {
+		if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k", DeadlineMs: now - 1}); res != want {
 			t.Fatalf("result = %+v; want %+v", res, want)
 		}
 		if fftest.WaitpointExists(t, pool, p, wid) {
@@ -197,7 +199,7 @@ func TestCloseWaitpoints(t *testing.T) {
 			ExpiresAtMs: fftest.Ms(now - 1)})
 		before := fftest.SuspensionJSON(t, pool, 9, id)
 		res := closeWaitpointOne(t, pool, 8, wid, now)
-		if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k", ExecMissing: true}); res != want {
+		if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:k", ExecMissing: true, DeadlineMs: now - 1}); res != want {
 			t.Fatalf("result = %+v; want %+v", res, want)
 		}
 		if after := fftest.SuspensionJSON(t, pool, 9, id); !jsonEqual(after, before) {
@@ -218,8 +220,8 @@ func TestCloseWaitpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []store.WaitpointCloseResult{
-			{Closed: true, ExecutionID: withSus, Key: "wpk:1", Marked: true, ExecMissing: true},
-			{Closed: true, ExecutionID: withoutSus, Key: "wpk:2", ExecMissing: true},
+			{Closed: true, ExecutionID: withSus, Key: "wpk:1", Marked: true, ExecMissing: true, DeadlineMs: now - 1},
+			{Closed: true, ExecutionID: withoutSus, Key: "wpk:2", ExecMissing: true, DeadlineMs: now - 1},
 		}
 		for i := range want {
 			if got[i] != want[i] {
@@ -291,7 +293,8 @@ func TestCloseWaitpointsNoOps(t *testing.T) {
 // which keeps the first two markers and their closed_at_ms. The regression
 // this guards: a set-based update in which one waitpoint's marker overwrites
 // the other's (both written from the member_map as it was before the
-// statement), or a marker landing on another execution's suspension.
+// statement), a marker landing on another execution's suspension, or a
+// waitpoint given another's DeadlineMs.
 func TestCloseWaitpointsOfOneSuspension(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -315,11 +318,12 @@ func TestCloseWaitpointsOfOneSuspension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// DeadlineMs is each waitpoint's own seeded expiry.
 	want := []store.WaitpointCloseResult{
-		{Closed: true, ExecutionID: id, Key: "wpk:a", Marked: true},
-		{Closed: true, ExecutionID: other, Key: "wpk:o", Marked: true},
+		{Closed: true, ExecutionID: id, Key: "wpk:a", Marked: true, DeadlineMs: now - 10},
+		{Closed: true, ExecutionID: other, Key: "wpk:o", Marked: true, DeadlineMs: now - 1},
 		{},
-		{Closed: true, ExecutionID: id, Key: w2, Marked: true},
+		{Closed: true, ExecutionID: id, Key: w2, Marked: true, DeadlineMs: now - 1},
 	}
 	for i := range want {
 		if got[i] != want[i] {
@@ -344,7 +348,7 @@ func TestCloseWaitpointsOfOneSuspension(t *testing.T) {
 	// The third expires later and is closed by another call: the first two
 	// markers stay as they were.
 	res := closeWaitpointOne(t, pool, p, w3, now+200)
-	if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:c", Marked: true}); res != want {
+	if want := (store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: "wpk:c", Marked: true, DeadlineMs: now + 100}); res != want {
 		t.Fatalf("later close = %+v; want %+v", res, want)
 	}
 	wantMM["wpk:c"] = neverCommitted(now + 200)
@@ -369,8 +373,8 @@ func TestCloseWaitpointsOfOneSuspension(t *testing.T) {
 // member_map was an object, hence replaced and reported, is decided on that
 // committed version. A regression shows as a waitpoint closed after a
 // signal resolved it, a lost member_map entry, a marker under a stale key, a
-// suspension left unmarked, or MemberMapReplaced reporting a member_map
-// that was not the one replaced.
+// suspension left unmarked, MemberMapReplaced reporting a member_map that
+// was not the one replaced, or a DeadlineMs other than the expiry closed.
 func TestCloseWaitpointsRechecksUnderLock(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t).Pool
@@ -454,7 +458,9 @@ func TestCloseWaitpointsRechecksUnderLock(t *testing.T) {
 
 			var want store.WaitpointCloseResult
 			if tt.closed {
-				want = store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: tt.key, Marked: true, MemberMapReplaced: tt.replaced}
+				// No change that closes moves the expiry: the seeded one.
+				want = store.WaitpointCloseResult{Closed: true, ExecutionID: id, Key: tt.key, Marked: true, MemberMapReplaced: tt.replaced,
+					DeadlineMs: now - 1}
 			}
 			if res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
@@ -481,7 +487,8 @@ func TestCloseWaitpointsRechecksUnderLock(t *testing.T) {
 // suspensions, one without a suspension, one whose execution is missing,
 // no-ops (expiry ahead, unknown id) in between, and an id repeated, a no-op
 // the second time as a second call would be. A regression shows as results
-// shifted between ids, or a repeated id reported closed twice.
+// shifted between ids, a repeated id reported closed twice, or a DeadlineMs
+// other than the waitpoint's own expiry.
 func TestCloseWaitpointsBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -505,13 +512,13 @@ func TestCloseWaitpointsBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []store.WaitpointCloseResult{
-		{Closed: true, ExecutionID: a, Key: "wpk:a", Marked: true},
+		{Closed: true, ExecutionID: a, Key: "wpk:a", Marked: true, DeadlineMs: now - 1},
 		{},
-		{Closed: true, ExecutionID: b, Key: wb, Marked: true, MemberMapReplaced: `["old"]`},
+		{Closed: true, ExecutionID: b, Key: wb, Marked: true, MemberMapReplaced: `["old"]`, DeadlineMs: now - 7},
 		{},
-		{Closed: true, ExecutionID: noSus, Key: "wpk:n"},
+		{Closed: true, ExecutionID: noSus, Key: "wpk:n", DeadlineMs: now - 1},
 		{}, // wa again: gone since the first
-		{Closed: true, ExecutionID: orphan, Key: "wpk:o", ExecMissing: true},
+		{Closed: true, ExecutionID: orphan, Key: "wpk:o", ExecMissing: true, DeadlineMs: now - 1},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d results for %d ids", len(got), len(ids))

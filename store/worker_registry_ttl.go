@@ -42,6 +42,10 @@ type WorkerSweepResult struct {
 	// event of the same instance, kind and millisecond exists already
 	// (FlowFabric's ON CONFLICT DO NOTHING), so none was added.
 	EventWritten bool
+	// DeadlineMs is when the registration lapsed by the row deleted
+	// (last_heartbeat_ms + liveness_ttl_ms), when Swept: the deadline its
+	// lateness is measured from.
+	DeadlineMs int64
 }
 
 // sweepWorkersSQL is FlowFabric's ttl_sweep_tick for a batch of
@@ -60,14 +64,15 @@ WITH input AS (
      USING input i
      WHERE w.partition_key = $1 AND w.namespace = i.namespace AND w.worker_instance_id = i.worker_instance_id
        AND w.last_heartbeat_ms::numeric + w.liveness_ttl_ms < $4
-    RETURNING w.partition_key, w.namespace, w.worker_instance_id
+    RETURNING w.partition_key, w.namespace, w.worker_instance_id,
+              LEAST(GREATEST(w.last_heartbeat_ms::numeric + w.liveness_ttl_ms, -9223372036854775808), 9223372036854775807)::bigint AS lapsed_at_ms
 ), ev AS (
     INSERT INTO ff_worker_registry_event (partition_key, namespace, worker_instance_id, event_kind, event_at_ms, reason)
     SELECT partition_key, namespace, worker_instance_id, 'ttl_swept', $4, NULL FROM swept
     ON CONFLICT DO NOTHING
     RETURNING namespace, worker_instance_id
 )
-SELECT swept.worker_instance_id IS NOT NULL, ev.worker_instance_id IS NOT NULL
+SELECT swept.worker_instance_id IS NOT NULL, ev.worker_instance_id IS NOT NULL, COALESCE(swept.lapsed_at_ms, 0)
   FROM input i
   LEFT JOIN swept ON swept.namespace = i.namespace AND swept.worker_instance_id = i.worker_instance_id
   LEFT JOIN ev ON ev.namespace = i.namespace AND ev.worker_instance_id = i.worker_instance_id
@@ -87,7 +92,7 @@ func SweepWorkers(ctx context.Context, db DB, partition int16, refs []WorkerRef,
 	return batch[WorkerSweepResult]{
 		sql:  sweepWorkersSQL,
 		args: func(round []int) []any { return []any{partition, pick(ns, round), pick(ids, round), nowMs} },
-		dest: []any{&r.Swept, &r.EventWritten},
+		dest: []any{&r.Swept, &r.EventWritten, &r.DeadlineMs},
 		read: func() WorkerSweepResult { return r },
 		what: "sweep stale worker", partition: partition,
 	}.run(ctx, db, keys)

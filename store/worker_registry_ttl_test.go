@@ -75,7 +75,8 @@ func sweepOne(t *testing.T, db store.DB, p int16, namespace, instanceID string, 
 // range" for the whole partition); one below it is stale. The partition's
 // due scan returns exactly the stale ones, and a second sweep is a no-op. A
 // regression shows as `<=`, a global TTL, an error on the overflowing row,
-// an event with the wrong key or reason, or a second event.
+// an event with the wrong key or reason, a second event, or a DeadlineMs
+// other than the sum clamped to the bigint range.
 func TestSweepWorkersStaleness(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -86,16 +87,19 @@ func TestSweepWorkersStaleness(t *testing.T) {
 		name           string
 		heartbeat, ttl int64
 		stale          bool
+		// lapsed is a stale one's DeadlineMs: heartbeat + ttl, clamped to
+		// the bigint range (written out: the Go sum would wrap).
+		lapsed int64
 	}{
-		{name: "OneMsPastItsTTL", heartbeat: now - 30_001, ttl: 30_000, stale: true},
+		{name: "OneMsPastItsTTL", heartbeat: now - 30_001, ttl: 30_000, stale: true, lapsed: now - 1},
 		{name: "ExactlyAtItsTTL", heartbeat: now - 30_000, ttl: 30_000},
 		{name: "WithinItsTTL", heartbeat: now - 29_999, ttl: 30_000},
 		{name: "OldHeartbeatLongTTL", heartbeat: now - 3_600_000, ttl: 7_200_000},
-		{name: "RecentHeartbeatShortTTL", heartbeat: now - 10, ttl: 5, stale: true},
-		{name: "NegativeTTL", heartbeat: now, ttl: -1, stale: true},
+		{name: "RecentHeartbeatShortTTL", heartbeat: now - 10, ttl: 5, stale: true, lapsed: now - 5},
+		{name: "NegativeTTL", heartbeat: now, ttl: -1, stale: true, lapsed: now - 1},
 		{name: "HeartbeatInTheFuture", heartbeat: now + 60_000, ttl: 1},
 		{name: "SumAboveBigint", heartbeat: math.MaxInt64 - 5, ttl: 30_000},
-		{name: "SumBelowBigint", heartbeat: math.MinInt64 + 5, ttl: -30_000, stale: true},
+		{name: "SumBelowBigint", heartbeat: math.MinInt64 + 5, ttl: -30_000, stale: true, lapsed: math.MinInt64},
 	}
 	// All in one partition, each in its own namespace.
 	ids := make([]string, len(tests))
@@ -125,7 +129,7 @@ func TestSweepWorkersStaleness(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ns, id := "ns-"+tt.name, ids[i]
 			res := sweepOne(t, pool, p, ns, id, now)
-			if want := (store.WorkerSweepResult{Swept: tt.stale, EventWritten: tt.stale}); res != want {
+			if want := (store.WorkerSweepResult{Swept: tt.stale, EventWritten: tt.stale, DeadlineMs: tt.lapsed}); res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
 			}
 			if exists := fftest.WorkerExists(t, pool, p, ns, id); exists == tt.stale {
@@ -158,8 +162,9 @@ func TestSweepWorkersStaleness(t *testing.T) {
 // is kept as it was. Events of other kinds at the same millisecond, a
 // ttl_swept event at another millisecond, or one of the same key in another
 // partition do not conflict, and stay. A regression shows as the sweep
-// failing or keeping the row on a conflict, an event overwritten, or an
-// existing event deleted.
+// failing or keeping the row on a conflict, an event overwritten, an
+// existing event deleted, or a DeadlineMs other than the seeded heartbeat
+// + TTL.
 func TestSweepWorkersEventKey(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t).Pool
@@ -191,7 +196,9 @@ func TestSweepWorkersEventKey(t *testing.T) {
 			before := registryEvents(t, pool, ns, id)
 
 			res := sweepOne(t, pool, p, ns, id, now)
-			if want := (store.WorkerSweepResult{Swept: true, EventWritten: tt.written}); res != want {
+			// Swept whether or not the event is written: DeadlineMs is the
+			// seeded heartbeat + TTL all the same.
+			if want := (store.WorkerSweepResult{Swept: true, EventWritten: tt.written, DeadlineMs: now - 60_000 + 1_000}); res != want {
 				t.Fatalf("result = %+v; want %+v", res, want)
 			}
 			if fftest.WorkerExists(t, pool, p, ns, id) {
@@ -218,7 +225,8 @@ func TestSweepWorkersEventKey(t *testing.T) {
 // that deleted it first leaves the sweep nothing to do (only its own event);
 // a change that keeps the row stale (another worker id) does not save it. A
 // regression shows as a worker swept right after its heartbeat, a second
-// event for a dead worker, or a stale row left because it changed.
+// event for a dead worker, a stale row left because it changed, or a
+// DeadlineMs other than the locked row's heartbeat + TTL.
 func TestSweepWorkersRechecksUnderLock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -243,7 +251,8 @@ func TestSweepWorkersRechecksUnderLock(t *testing.T) {
 			 VALUES ($1, $2, $3, 'marked_dead', $4, 'operator')`,
 		}, events: []string{"marked_dead"}},
 		{name: "StillStale", change: []string{`UPDATE ff_worker_registry SET worker_id = 'worker-2', registered_at_ms = $4` + where},
-			want: store.WorkerSweepResult{Swept: true, EventWritten: true}, events: []string{"ttl_swept"}},
+			// Heartbeat and TTL as seeded: lapsed at now - 60_000 + 30_000.
+			want: store.WorkerSweepResult{Swept: true, EventWritten: true, DeadlineMs: now - 30_000}, events: []string{"ttl_swept"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -311,8 +320,8 @@ func TestSweepWorkersRechecksUnderLock(t *testing.T) {
 // boundary, one whose sum overflows, one whose event key is taken, one
 // whose instance id is also registered, fresh, in another namespace, and
 // repeated refs (no-ops the second time). A regression shows as results out
-// of order, a ref matched across namespaces, or the overflowing row failing
-// the batch.
+// of order, a ref matched across namespaces, the overflowing row failing
+// the batch, or a registration given another's DeadlineMs.
 func TestSweepWorkersBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -344,10 +353,14 @@ func TestSweepWorkersBatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	swept := store.WorkerSweepResult{Swept: true, EventWritten: true}
+	// swept is a swept registration with its event, lapsed at its seeded
+	// heartbeat + TTL.
+	swept := func(lapsed int64) store.WorkerSweepResult {
+		return store.WorkerSweepResult{Swept: true, EventWritten: true, DeadlineMs: lapsed}
+	}
 	want := []store.WorkerSweepResult{
-		{}, swept, {}, swept, {},
-		{}, {Swept: true}, {}, {}, swept, {},
+		{}, swept(now - 31_000 + 30_000), {}, swept(now - 5 + 4), {},
+		{}, {Swept: true, DeadlineMs: now - 100_000 + 30_000}, {}, {}, swept(now - 100_000 + 30_000), {},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("batch results:\n got %+v\nwant %+v", got, want)
@@ -376,7 +389,8 @@ func TestSweepWorkersBatch(t *testing.T) {
 // probe without a lower bound. SweepWorkers agrees with the scan on each of
 // them. A regression shows as "bigint out of range" from a query of the due
 // rows (FlowFabric's fate for the whole partition), the overflowing row
-// reported stale, or the underflowing one missed.
+// reported stale, the underflowing one missed, or a sweep's DeadlineMs
+// other than the scan's deadline.
 func TestStaleWorkersOverflowingSum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -439,10 +453,14 @@ func TestStaleWorkersOverflowingSum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []store.WorkerSweepResult{{}, {Swept: true, EventWritten: true}}; !reflect.DeepEqual(res, want) {
+	// The stale row's DeadlineMs is its scanned deadline, now - 1_000.
+	if want := []store.WorkerSweepResult{{}, {Swept: true, EventWritten: true, DeadlineMs: now - 1_000}}; !reflect.DeepEqual(res, want) {
 		t.Fatalf("sweep = %+v; want %+v", res, want)
 	}
-	if r := sweepOne(t, pool, underflow, "default", negative, now); r != (store.WorkerSweepResult{Swept: true, EventWritten: true}) {
+	// Its sum is below the bigint range: DeadlineMs is clamped, as the scan
+	// reports it.
+	if r := sweepOne(t, pool, underflow, "default", negative, now); r != (store.WorkerSweepResult{Swept: true, EventWritten: true,
+		DeadlineMs: math.MinInt64}) {
 		t.Fatalf("sweep of the underflowing row = %+v; want swept", r)
 	}
 	if !fftest.WorkerExists(t, pool, mixed, "default", overflow) {

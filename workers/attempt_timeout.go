@@ -33,7 +33,7 @@ var AttemptTimeout = define[jobs.AttemptTimeoutTickArgs, jobs.AttemptTimeoutScan
 	Lookahead: true,
 	Tables:    []string{"ff_attempt", "ff_exec_core", "ff_completion_event", "ff_lease_event"},
 }, func(p int16, x store.DueRow) jobs.AttemptExpireArgs {
-	return jobs.AttemptExpireArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
+	return jobs.AttemptExpireArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N}
 }, func(d *deps) river.Worker[jobs.AttemptExpireArgs] {
 	return &attemptExpireWorker{d: d, expires: batcher(d, func(ctx context.Context, p int16, refs []store.LeaseRef) ([]store.AttemptTimeoutResult, error) {
 		return store.ExpireAttempts(ctx, d.cfg.Pool, p, refs, store.NowMs(), d.cfg.Filter)
@@ -53,6 +53,7 @@ func (w *attemptExpireWorker) Work(ctx context.Context, job *river.Job[jobs.Atte
 		r: AttemptTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.expires, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
 		changed: func(r store.AttemptTimeoutResult) bool { return r.Applied },
+		found:   func(r store.AttemptTimeoutResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},
 		noop:    "attempt no longer timed out under lock (lease renewed or released, execution no longer active); nothing changed",
 		attrs:   []any{"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex},

@@ -24,7 +24,7 @@ var BudgetReset = define[jobs.BudgetResetTickArgs, jobs.BudgetResetScanArgs](Rec
 	Partitions: func(c Config) int { return c.BudgetPartitionCount },
 	Tables:     []string{"ff_budget_policy", "ff_budget_usage"},
 }, func(p int16, x store.DueRow) jobs.BudgetResetArgs {
-	return jobs.BudgetResetArgs{Partition: p, BudgetID: x.ID, DeadlineMs: x.AtMs}
+	return jobs.BudgetResetArgs{Partition: p, BudgetID: x.ID}
 }, func(d *deps) river.Worker[jobs.BudgetResetArgs] {
 	return &budgetResetWorker{d: d, resets: serialBatcher(d, func(ctx context.Context, p int16, ids []string) ([]store.BudgetResetResult, error) {
 		return store.ResetBudgets(ctx, d.cfg.Pool, p, ids, store.NowMs())
@@ -47,6 +47,7 @@ func (w *budgetResetWorker) Work(ctx context.Context, job *river.Job[jobs.Budget
 		r: BudgetReset, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.resets, key: a.BudgetID,
 		changed: func(r store.BudgetResetResult) bool { return r.Applied },
+		found:   func(r store.BudgetResetResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.BudgetID},
 		noop:    "budget reset no longer due under lock; nothing changed",
 		attrs:   []any{"budget_id", a.BudgetID},

@@ -22,7 +22,7 @@ var ExecutionDeadline = define[jobs.ExecutionDeadlineTickArgs, jobs.ExecutionDea
 	Lookahead: true,
 	Tables:    []string{"ff_exec_core", "ff_attempt", "ff_completion_event", "ff_lease_event"},
 }, func(p int16, x store.DueRow) jobs.DeadlineExpireArgs {
-	return jobs.DeadlineExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
+	return jobs.DeadlineExpireArgs{Partition: p, ExecutionID: x.ID}
 }, func(d *deps) river.Worker[jobs.DeadlineExpireArgs] {
 	return &deadlineExpireWorker{d: d, expires: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.DeadlineResult, error) {
 		return store.ExpireDeadlines(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
@@ -42,6 +42,7 @@ func (w *deadlineExpireWorker) Work(ctx context.Context, job *river.Job[jobs.Dea
 		r: ExecutionDeadline, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.expires, key: a.ExecutionID,
 		changed: func(r store.DeadlineResult) bool { return r.Applied },
+		found:   func(r store.DeadlineResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.ExecutionID},
 		noop:    "execution no longer active or its deadline moved under lock; nothing changed",
 		attrs:   []any{"execution_id", a.ExecutionID},

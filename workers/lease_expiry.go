@@ -23,7 +23,7 @@ var LeaseExpiry = define[jobs.LeaseExpiryTickArgs, jobs.LeaseExpiryScanArgs](Rec
 	Tables:    []string{"ff_attempt", "ff_exec_core", "ff_lease_event"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.LeaseReleaseArgs {
-	return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N, DeadlineMs: x.AtMs}
+	return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: x.ID, AttemptIndex: x.N}
 }, func(d *deps) river.Worker[jobs.LeaseReleaseArgs] {
 	return &leaseReleaseWorker{d: d, releases: batcher(d, func(ctx context.Context, p int16, refs []store.LeaseRef) ([]store.ReleaseResult, error) {
 		return store.ReleaseExpiredLeases(ctx, d.cfg.Pool, p, refs, store.NowMs(), d.cfg.Filter)
@@ -43,6 +43,7 @@ func (w *leaseReleaseWorker) Work(ctx context.Context, job *river.Job[jobs.Lease
 		r: LeaseExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.releases, key: store.LeaseRef{ExecutionID: a.ExecutionID, AttemptIndex: a.AttemptIndex},
 		changed: func(r store.ReleaseResult) bool { return r.Released },
+		found:   func(r store.ReleaseResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.ExecutionID, N: a.AttemptIndex},
 		noop:    "lease no longer expired under lock; nothing changed",
 		attrs:   []any{"execution_id", a.ExecutionID, "attempt_index", a.AttemptIndex},

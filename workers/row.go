@@ -97,8 +97,8 @@ func jobDeadlineMs(job *rivertype.JobRow, argsMs int64) int64 {
 	return job.ScheduledAt.UnixMilli() - 1
 }
 
-// applied records an applied row action of r and its lateness when the row
-// job carried the deadline it was scanned with.
+// applied records an applied row action of r and its lateness from
+// deadlineMs, the deadline its row had under lock (0: none).
 func (d *deps) applied(r *Reconciler, deadlineMs int64) {
 	d.stats(r).Applied.Add(1)
 	if deadlineMs > 0 {
@@ -122,6 +122,11 @@ type rowAction[K comparable, R any] struct {
 	co      *coalesce.Coalescer[int16, K, R]
 	key     K
 	changed func(R) bool
+	// found returns the deadline the action found its row with under lock
+	// (0: none), which the lateness metric measures from: a row already due
+	// when scanned is enqueued without it, and a row found ahead may have
+	// moved on since its job was scheduled.
+	found func(R) int64
 	// row is the row as its Due's scans return it, for the tenant check of
 	// a no-op.
 	row store.DueRow
@@ -163,7 +168,11 @@ func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (
 		logs.job.Info(a.noop)
 		return res, logs, false, nil
 	}
-	d.applied(a.r, a.deadlineMs)
+	late := a.found(res)
+	if late <= 0 {
+		late = a.deadlineMs
+	}
+	d.applied(a.r, late)
 	return res, logs, true, nil
 }
 

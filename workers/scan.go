@@ -97,23 +97,23 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 		// A row not yet due is scheduled one millisecond after its
 		// deadline, the first instant every action's re-check (deadline <
 		// now, or <= for promotions) holds; availableAhead inserts it
-		// available. Its schedule then carries the deadline (jobDeadlineMs),
-		// and its args leave deadline_ms out: a value no other job has is an
-		// entry of its own in river_job's GIN index over args, written again
-		// by River's fetch and completion (docs/performance.md). A row
-		// already due keeps River's default schedule, now, and deadline_ms:
-		// River fetches by scheduled_at, then id, so the jobs of one scan
-		// stay together and share statements (scheduled at their deadlines,
-		// a backlog's jobs would interleave across partitions).
+		// available. Its schedule then carries the deadline to its job
+		// (jobDeadlineMs, for the wait of one started early). A row already
+		// due keeps River's default schedule, now: River fetches by
+		// scheduled_at, then id, so the jobs of one scan stay together and
+		// share statements (scheduled at their deadlines, a backlog's jobs
+		// would interleave across partitions). Neither carries its deadline
+		// in its args: a value no other job has is an entry of its own in
+		// river_job's GIN index over args, written again by River's fetch
+		// and completion (docs/performance.md); the lateness metric takes
+		// the deadline the action finds under its lock instead.
 		var at time.Time
-		argRow := row
 		if !r.Due.Always {
 			if startMs := row.AtMs + 1; startMs > nowMs {
 				at = time.UnixMilli(startMs)
-				argRow.AtMs = 0
 			}
 		}
-		p := river.InsertManyParams{Args: r.rowJob(partition, argRow)}
+		p := river.InsertManyParams{Args: r.rowJob(partition, row)}
 		if !at.IsZero() {
 			p.InsertOpts = &river.InsertOpts{ScheduledAt: at}
 		}

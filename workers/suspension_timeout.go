@@ -22,7 +22,7 @@ var SuspensionTimeout = define[jobs.SuspensionTimeoutTickArgs, jobs.SuspensionTi
 	Tables:    []string{"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
 	Lookahead: true,
 }, func(p int16, x store.DueRow) jobs.SuspensionExpireArgs {
-	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID, DeadlineMs: x.AtMs}
+	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID}
 }, func(d *deps) river.Worker[jobs.SuspensionExpireArgs] {
 	return &suspensionExpireWorker{d: d, suspensions: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.SuspensionExpireResult, error) {
 		return store.ExpireSuspensions(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
@@ -42,6 +42,7 @@ func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.S
 		r: SuspensionTimeout, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.suspensions, key: a.ExecutionID,
 		changed: func(r store.SuspensionExpireResult) bool { return r.Applied },
+		found:   func(r store.SuspensionExpireResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.ExecutionID},
 		noop:    "suspension resolved or timeout no longer lapsed under lock; nothing changed",
 		attrs:   []any{"execution_id", a.ExecutionID},

@@ -23,7 +23,7 @@ var WaitpointExpiry = define[jobs.WaitpointExpiryTickArgs, jobs.WaitpointExpiryS
 	Lookahead: true,
 	Tables:    []string{"ff_waitpoint_pending", "ff_suspension_current", "ff_exec_core"},
 }, func(p int16, x store.DueRow) jobs.WaitpointCloseArgs {
-	return jobs.WaitpointCloseArgs{Partition: p, WaitpointID: x.ID, DeadlineMs: x.AtMs}
+	return jobs.WaitpointCloseArgs{Partition: p, WaitpointID: x.ID}
 }, func(d *deps) river.Worker[jobs.WaitpointCloseArgs] {
 	return &waitpointCloseWorker{d: d, closes: batcher(d, func(ctx context.Context, p int16, ids []string) ([]store.WaitpointCloseResult, error) {
 		return store.CloseWaitpoints(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter)
@@ -43,6 +43,7 @@ func (w *waitpointCloseWorker) Work(ctx context.Context, job *river.Job[jobs.Wai
 		r: WaitpointExpiry, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.closes, key: a.WaitpointID,
 		changed: func(r store.WaitpointCloseResult) bool { return r.Closed },
+		found:   func(r store.WaitpointCloseResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.WaitpointID},
 		noop:    "waitpoint gone or no longer expired under lock; nothing changed",
 		attrs:   []any{"waitpoint_id", a.WaitpointID},

@@ -29,7 +29,7 @@ var WorkerRegistryTTL = define[jobs.WorkerRegistryTTLTickArgs, jobs.WorkerRegist
 	Partitions: func(Config) int { return RegistryPartitionCount },
 	Tables:     []string{"ff_worker_registry", "ff_worker_registry_event"},
 }, func(p int16, x store.DueRow) jobs.WorkerSweepArgs {
-	return jobs.WorkerSweepArgs{Partition: p, Namespace: x.ID, WorkerInstanceID: x.ID2, DeadlineMs: x.AtMs}
+	return jobs.WorkerSweepArgs{Partition: p, Namespace: x.ID, WorkerInstanceID: x.ID2}
 }, func(d *deps) river.Worker[jobs.WorkerSweepArgs] {
 	return &workerSweepWorker{d: d, sweeps: batcher(d, func(ctx context.Context, p int16, refs []store.WorkerRef) ([]store.WorkerSweepResult, error) {
 		return store.SweepWorkers(ctx, d.cfg.Pool, p, refs, store.NowMs())
@@ -49,6 +49,7 @@ func (w *workerSweepWorker) Work(ctx context.Context, job *river.Job[jobs.Worker
 		r: WorkerRegistryTTL, job: job.JobRow, partition: a.Partition, deadlineMs: jobDeadlineMs(job.JobRow, a.DeadlineMs),
 		co: w.sweeps, key: store.WorkerRef{Namespace: a.Namespace, WorkerInstanceID: a.WorkerInstanceID},
 		changed: func(r store.WorkerSweepResult) bool { return r.Swept },
+		found:   func(r store.WorkerSweepResult) int64 { return r.DeadlineMs },
 		row:     store.DueRow{ID: a.Namespace, ID2: a.WorkerInstanceID},
 		noop:    "worker registration renewed or gone under lock; nothing changed",
 		attrs:   []any{"namespace", a.Namespace, "worker_instance_id", a.WorkerInstanceID},
