@@ -27,8 +27,8 @@ import (
 //
 // The same run with our row's shape (shaped) tells River's share of what a
 // row of ours costs beyond a no-op job: its row jobs carry lease expiry's
-// args (an execution id and a deadline no other job has) and write ours'
-// job log line, and still do nothing.
+// args (an execution id no other job has) and write ours' job log line,
+// and still do nothing.
 
 type noopScanArgs struct {
 	Partition int16 `json:"partition" river:"unique"`
@@ -55,13 +55,13 @@ func (noopRowArgs) InsertOpts() river.InsertOpts {
 		UniqueOpts: river.UniqueOpts{ByArgs: true, ByState: jobs.UnfinishedStates}}
 }
 
-// noopShapedArgs are lease expiry's row args (jobs.LeaseReleaseArgs) under
-// a kind of the benchmark's.
+// noopShapedArgs are lease expiry's row args (jobs.LeaseReleaseArgs) as
+// its scans write them for a backlog (no deadline_ms), under a kind of the
+// benchmark's.
 type noopShapedArgs struct {
 	Partition    int16  `json:"partition" river:"unique"`
 	ExecutionID  string `json:"execution_id" river:"unique"`
 	AttemptIndex int32  `json:"attempt_index" river:"unique"`
-	DeadlineMs   int64  `json:"deadline_ms,omitempty"`
 }
 
 func (noopShapedArgs) Kind() string { return "bench.noop.shaped" }
@@ -75,12 +75,9 @@ type noopScanWorker struct {
 
 func (w *noopScanWorker) Work(ctx context.Context, job *river.Job[noopScanArgs]) error {
 	params := make([]river.InsertManyParams, job.Args.Rows)
-	// Deadlines a millisecond apart, in the past, as a backlog's.
-	deadline := time.Now().Add(-time.Minute).UnixMilli() - int64(job.Args.Partition)*int64(job.Args.Rows)
 	for i := range params {
 		if job.Args.Shaped {
-			params[i] = river.InsertManyParams{Args: noopShapedArgs{Partition: job.Args.Partition,
-				ExecutionID: uuid.NewString(), DeadlineMs: deadline - int64(i)}}
+			params[i] = river.InsertManyParams{Args: noopShapedArgs{Partition: job.Args.Partition, ExecutionID: uuid.NewString()}}
 			continue
 		}
 		params[i] = river.InsertManyParams{Args: noopRowArgs{Partition: job.Args.Partition, Row: i}}

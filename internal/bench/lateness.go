@@ -64,19 +64,25 @@ type Stage struct {
 
 // stagesSQL measures, per job kind of one reconciler, the wait in the queue
 // (scheduled_at → attempted_at), the run (attempted_at → finalized_at),
-// for row jobs carrying the deadline they were enqueued for (deadline_ms, or
-// for a row enqueued ahead its schedule less 1 ms, as the workers read
-// it), the time from that deadline to their insertion (tick wait + fan-out +
-// scan; negative ahead), and per tick the time its burst of scans took to
-// start.
+// for row jobs of the stream's rows the time from the row's deadline to
+// their insertion (tick wait + fan-out + scan; negative ahead), and per tick
+// the time its burst of scans took to start. A row's deadline is the one
+// the stream gave its execution (raw_fields.bench_deadline_ms, found by the
+// job's partition and execution_id; row jobs of rows already due carry
+// none), else the job's deadline_ms, else, for a job given a schedule of
+// its own, that schedule less 1 ms, as the workers read it. Index: the
+// executions' primary key.
 const stagesSQL = `
 WITH j AS (
-    SELECT kind, scheduled_at, created_at, attempted_at, finalized_at,
-           coalesce((args->>'deadline_ms')::bigint,
-                    CASE WHEN queue = 'ff_rows' AND scheduled_at <> created_at AND errors IS NULL
-                         THEN (extract(epoch FROM scheduled_at) * 1000)::bigint - 1 END) AS deadline_ms
-      FROM river.river_job
-     WHERE kind LIKE 'ff.' || $1 || '.%' AND state = 'completed' AND attempted_at IS NOT NULL
+    SELECT r.kind, r.scheduled_at, r.created_at, r.attempted_at, r.finalized_at,
+           coalesce((e.raw_fields->>'bench_deadline_ms')::bigint, (r.args->>'deadline_ms')::bigint,
+                    CASE WHEN r.queue = 'ff_rows' AND r.scheduled_at <> r.created_at AND r.errors IS NULL
+                         THEN (extract(epoch FROM r.scheduled_at) * 1000)::bigint - 1 END) AS deadline_ms
+      FROM river.river_job r
+      LEFT JOIN ff_exec_core e
+        ON r.queue = 'ff_rows' AND r.args ? 'partition' AND r.args ? 'execution_id'
+       AND e.partition_key = (r.args->>'partition')::smallint AND e.execution_id = (r.args->>'execution_id')::uuid
+     WHERE r.kind LIKE 'ff.' || $1 || '.%' AND r.state = 'completed' AND r.attempted_at IS NOT NULL
 ), s AS (
     SELECT kind, 'queue wait' AS step, extract(epoch FROM attempted_at - scheduled_at) * 1000 AS ms FROM j
     UNION ALL

@@ -124,7 +124,7 @@ func (r *Report) Markdown() string {
 			p("fleet's own River client (its queues, row workers, fetch cooldown, pools and wake-ups), from the scans' insert to")
 			p("the last row job run. What ours loses against it is our own work: the tick, the scans' reads and the row")
 			p("statements (`docs/performance.md`). Aim: ours at least 0.8 of it. \"Shaped\": the same no-op jobs with our")
-			p("row's args (lease expiry's: an execution id and a deadline no other job has) and our job log line, which")
+			p("row's args (lease expiry's: an execution id no other job has) and our job log line, which")
 			p("is River's share of what our row jobs cost beyond its no-op.")
 			p("")
 			p("| reconciler | synchronous_commit | ours | River no-op | ours / no-op | ≥ 0.8 | shaped no-op | shaped / no-op | ours / shaped |")

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -45,6 +46,7 @@ func TestSetup(t *testing.T) {
 		Scan(&tables); err != nil || tables != 5 {
 		t.Errorf("the bench database holds %d of the 5 tables checked (%v)", tables, err)
 	}
+	checkStages(t, e)
 	if err := e.reset(ctx); err != nil {
 		t.Fatalf("reset: %v", err)
 	}
@@ -58,4 +60,51 @@ func TestSetup(t *testing.T) {
 	if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_database WHERE datname IN ($1::text, $1::text || '_tmpl')`, name).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d bench databases left after cleanup (%v)", left, err)
 	}
+}
+
+// checkStages: the lateness section's stage from a row's deadline to its
+// job's insert reads the deadline the stream gave the row's execution
+// (raw_fields.bench_deadline_ms) for a row job carrying none (a row
+// already due), and a schedule given at insert for one without an
+// execution the stream seeded. A regression shows as the stage missing the
+// rows already due (counted 1 job instead of 2) or a wrong deadline.
+func checkStages(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	const created = 1_767_000_010_000 // Unix ms
+	if _, err := e.pool.Exec(ctx, `
+		WITH ex AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
+		    VALUES (7, gen_random_uuid(), 'bench', 'runnable', 'unowned', 'eligible_now', 'waiting',
+		           'attempt_interrupted', 1, jsonb_build_object('bench_deadline_ms', $1::bigint - 3000))
+		    RETURNING execution_id
+		)
+		INSERT INTO river.river_job (args, kind, max_attempts, queue, state, created_at, scheduled_at, attempted_at, finalized_at)
+		SELECT jsonb_build_object('partition', 7, 'execution_id', execution_id), 'ff.lease_expiry.release', 25, 'ff_rows',
+		       'completed'::river.river_job_state, to_timestamp($1 / 1000.0), to_timestamp($1 / 1000.0), to_timestamp($1 / 1000.0),
+		       to_timestamp($1 / 1000.0)
+		  FROM ex
+		UNION ALL
+		SELECT jsonb_build_object('partition', 7, 'execution_id', gen_random_uuid()), 'ff.lease_expiry.release', 25,
+		       'ff_rows', 'completed'::river.river_job_state, to_timestamp($1 / 1000.0), to_timestamp(($1 + 2001) / 1000.0),
+		       to_timestamp(($1 + 2001) / 1000.0), to_timestamp(($1 + 2001) / 1000.0)`, created); err != nil {
+		t.Fatal(err)
+	}
+	stages, err := e.stages(ctx, "lease_expiry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range stages {
+		if st.Step != "deadline → enqueued" {
+			continue
+		}
+		// One job 3 s after its row's deadline, one 2 s before the
+		// deadline its schedule carries: p50 interpolates to 0.5 s.
+		if st.Jobs != 2 || st.P50.Round(time.Millisecond) != 500*time.Millisecond {
+			t.Fatalf("deadline → enqueued over %d jobs, p50 %s; want 2 jobs, p50 500ms", st.Jobs, st.P50)
+		}
+		return
+	}
+	t.Fatalf("no deadline → enqueued stage in %+v", stages)
 }
