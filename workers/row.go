@@ -80,12 +80,12 @@ func (d *deps) beforeDeadline(r *Reconciler, deadlineMs int64) error {
 
 // jobDeadlineMs returns the deadline (Unix ms; 0: none) a row job of a
 // reconciler with deadlines was enqueued for: argsMs, its args'
-// deadline_ms, when set (a row already due when scanned), else, for a job
-// given a schedule of its own (a row enqueued ahead, whose scan leaves
-// deadline_ms out; see runScan), that schedule less the millisecond the
+// deadline_ms, when set (jobs of earlier versions, or inserted by others;
+// the scans leave it out, see runScan), else, for a job given a schedule of
+// its own (a row enqueued ahead), that schedule less the millisecond the
 // scan adds. A job River scheduled itself (created and scheduled at the same
-// instant) has none, and neither has one on a retry, whose schedule is its
-// backoff's. A snooze before the deadline moves the schedule to just after
+// instant: a row already due) has none, and neither has one on a retry,
+// whose schedule is its backoff's. A snooze before the deadline moves the schedule to just after
 // it, which keeps the deadline read from it.
 func jobDeadlineMs(job *rivertype.JobRow, argsMs int64) int64 {
 	if argsMs > 0 {
@@ -98,7 +98,7 @@ func jobDeadlineMs(job *rivertype.JobRow, argsMs int64) int64 {
 }
 
 // applied records an applied row action of r and its lateness from
-// deadlineMs, the deadline its row had under lock (0: none).
+// deadlineMs (0: none; see act).
 func (d *deps) applied(r *Reconciler, deadlineMs int64) {
 	d.stats(r).Applied.Add(1)
 	if deadlineMs > 0 {
@@ -168,6 +168,8 @@ func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (
 		logs.job.Info(a.noop)
 		return res, logs, false, nil
 	}
+	// The deadline found under lock; the job's for an action that found
+	// none (a worker registration's sum out of range, say).
 	late := a.found(res)
 	if late <= 0 {
 		late = a.deadlineMs
