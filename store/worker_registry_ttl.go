@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // StaleWorkers are worker-registry rows whose heartbeat is older than their
 // own liveness TTL (last_heartbeat_ms + liveness_ttl_ms < now, strictly).
@@ -22,10 +25,17 @@ import "context"
 var StaleWorkers = &Due{
 	What:  "stale worker registrations",
 	From:  "ff_worker_registry r",
-	At:    "LEAST(GREATEST(r.last_heartbeat_ms::numeric + r.liveness_ttl_ms, -9223372036854775808), 9223372036854775807)::bigint",
+	At:    lapsedAtSQL("r"),
 	ID:    Key{"r.namespace", "text"},
 	ID2:   Key{"r.worker_instance_id", "text"},
 	Index: "ff_worker_registry_pkey",
+}
+
+// lapsedAtSQL is when the registration aliased alias lapses, its heartbeat
+// plus its TTL summed in numeric and capped to the bigint range (see
+// StaleWorkers).
+func lapsedAtSQL(alias string) string {
+	return fmt.Sprintf("LEAST(GREATEST(%[1]s.last_heartbeat_ms::numeric + %[1]s.liveness_ttl_ms, -9223372036854775808), 9223372036854775807)::bigint", alias)
 }
 
 // WorkerRef names one registration of a registry partition.
@@ -55,7 +65,7 @@ type WorkerSweepResult struct {
 // version, so a heartbeat committed meanwhile keeps it), and every deleted
 // row gets a ttl_swept event with its partition, namespace and instance id,
 // unless the event's key is taken. Index: the registry's primary key.
-const sweepWorkersSQL = `
+var sweepWorkersSQL = `
 WITH input AS (
     SELECT i.namespace, i.worker_instance_id, i.ord
       FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS i(namespace, worker_instance_id, ord)
@@ -65,7 +75,7 @@ WITH input AS (
      WHERE w.partition_key = $1 AND w.namespace = i.namespace AND w.worker_instance_id = i.worker_instance_id
        AND w.last_heartbeat_ms::numeric + w.liveness_ttl_ms < $4
     RETURNING w.partition_key, w.namespace, w.worker_instance_id,
-              LEAST(GREATEST(w.last_heartbeat_ms::numeric + w.liveness_ttl_ms, -9223372036854775808), 9223372036854775807)::bigint AS lapsed_at_ms
+              ` + lapsedAtSQL("w") + ` AS lapsed_at_ms
 ), ev AS (
     INSERT INTO ff_worker_registry_event (partition_key, namespace, worker_instance_id, event_kind, event_at_ms, reason)
     SELECT partition_key, namespace, worker_instance_id, 'ttl_swept', $4, NULL FROM swept

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
 
@@ -72,23 +73,16 @@ func checkStages(t *testing.T, e *env) {
 	t.Helper()
 	ctx := context.Background()
 	const created = 1_767_000_010_000 // Unix ms
+	id := fftest.InsertExec(t, e.pool, fftest.Exec{Partition: 7,
+		RawFields: map[string]any{"bench_deadline_ms": created - 3000}})
+	// One job of the stream's execution, one of a row it did not seed,
+	// scheduled at insert 2 s ahead of its start.
 	if _, err := e.pool.Exec(ctx, `
-		WITH ex AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-		    VALUES (7, gen_random_uuid(), 'bench', 'runnable', 'unowned', 'eligible_now', 'waiting',
-		           'attempt_interrupted', 1, jsonb_build_object('bench_deadline_ms', $1::bigint - 3000))
-		    RETURNING execution_id
-		)
 		INSERT INTO river.river_job (args, kind, max_attempts, queue, state, created_at, scheduled_at, attempted_at, finalized_at)
-		SELECT jsonb_build_object('partition', 7, 'execution_id', execution_id), 'ff.lease_expiry.release', 25, 'ff_rows',
-		       'completed'::river.river_job_state, to_timestamp($1 / 1000.0), to_timestamp($1 / 1000.0), to_timestamp($1 / 1000.0),
-		       to_timestamp($1 / 1000.0)
-		  FROM ex
-		UNION ALL
-		SELECT jsonb_build_object('partition', 7, 'execution_id', gen_random_uuid()), 'ff.lease_expiry.release', 25,
-		       'ff_rows', 'completed'::river.river_job_state, to_timestamp($1 / 1000.0), to_timestamp(($1 + 2001) / 1000.0),
-		       to_timestamp(($1 + 2001) / 1000.0), to_timestamp(($1 + 2001) / 1000.0)`, created); err != nil {
+		SELECT jsonb_build_object('partition', 7, 'execution_id', x.id), 'ff.lease_expiry.release', 25, 'ff_rows',
+		       'completed'::river.river_job_state, to_timestamp($1 / 1000.0), to_timestamp(x.at / 1000.0),
+		       to_timestamp(x.at / 1000.0), to_timestamp(x.at / 1000.0)
+		  FROM (VALUES ($2::uuid, $1::bigint), (gen_random_uuid(), $1::bigint + 2001)) x(id, at)`, created, id); err != nil {
 		t.Fatal(err)
 	}
 	stages, err := e.stages(ctx, "lease_expiry")
