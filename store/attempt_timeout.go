@@ -82,8 +82,9 @@ type AttemptTimeoutResult struct {
 	Applied bool
 	// Retried: retries remained (the execution's attempt_index was below
 	// its policy's retry_policy.max_retries), so the execution is runnable
-	// again with the next attempt index; else it is terminal, with an
-	// `expired` completion event.
+	// again with the next attempt index (public_state waiting); else it is
+	// terminal (public_state expired, its current attempt's outcome
+	// expired), with an `expired` completion event.
 	Retried bool
 	// RawFieldsMalformed: the execution's raw_fields is not a JSON object;
 	// last_failure_message could not be merged in, and raw_fields was kept
@@ -119,7 +120,14 @@ type AttemptTimeoutResult struct {
 //   - up_att interrupts the attempt; up_ex retries the execution (runnable,
 //     the next attempt index) when its attempt_index is below max_retries,
 //     else makes it terminal; both merge last_failure_message into a
-//     raw_fields that is an object and keep any other as it is;
+//     raw_fields that is an object and keep any other as it is. Beyond
+//     FlowFabric's Postgres statement, which leaves the claim's `running`
+//     and the attempt `interrupted`, they say what happened the way
+//     FlowFabric's readers decode it: a retried execution is waiting
+//     (waiting_for_worker), an ended one expired (no blocking reason), and
+//     the outcome of its current attempt (the one up_att interrupts, or the
+//     execution's newer one) is `expired`, from which read_execution_info
+//     derives its terminal outcome;
 //   - ce writes the `expired` completion event of a terminal execution and
 //     le the `expired` lease event, both with the execution's namespace and
 //     instance tag (FlowFabric leaves the completion event's NULL).
@@ -136,7 +144,7 @@ WITH input AS (
      ORDER BY a.execution_id
        FOR UPDATE OF a
 ), ex AS (
-    SELECT e.execution_id,
+    SELECT e.execution_id, e.attempt_index,
            e.attempt_index < ` + retriesSQL("v.n") + ` AS retry,
            CASE WHEN p.mr IS NOT NULL AND NOT COALESCE(v.n <= 4294967295, false) THEN p.mr::text END AS bad_policy
       FROM ff_exec_core e
@@ -149,11 +157,12 @@ WITH input AS (
        FOR UPDATE OF e
 ), up_att AS (
     UPDATE ff_attempt a
-       SET outcome = 'interrupted',
-           lease_expires_at_ms = NULL,
-           terminal_at_ms = $4
+       SET outcome = CASE WHEN ex.retry THEN 'interrupted' ELSE 'expired' END,
+           lease_expires_at_ms = CASE WHEN a.attempt_index = att.attempt_index THEN NULL ELSE a.lease_expires_at_ms END,
+           terminal_at_ms = CASE WHEN a.attempt_index = att.attempt_index THEN $4 ELSE a.terminal_at_ms END
       FROM att JOIN ex USING (execution_id)
-     WHERE a.partition_key = $1 AND a.execution_id = att.execution_id AND a.attempt_index = att.attempt_index
+     WHERE a.partition_key = $1 AND a.execution_id = att.execution_id
+       AND a.attempt_index IN (att.attempt_index, CASE WHEN NOT ex.retry THEN ex.attempt_index END)
     RETURNING a.execution_id
 ), up_ex AS (
     UPDATE ff_exec_core e
@@ -163,6 +172,8 @@ WITH input AS (
            attempt_state = CASE WHEN ex.retry THEN 'pending_retry_attempt' ELSE 'attempt_terminal' END,
            attempt_index = CASE WHEN ex.retry THEN e.attempt_index + 1 ELSE e.attempt_index END,
            terminal_at_ms = CASE WHEN ex.retry THEN e.terminal_at_ms ELSE $4 END,
+           public_state = CASE WHEN ex.retry THEN 'waiting' ELSE 'expired' END,
+           blocking_reason = CASE WHEN ex.retry THEN 'waiting_for_worker' END,
            raw_fields = CASE WHEN jsonb_typeof(e.raw_fields) = 'object'
                              THEN e.raw_fields || jsonb_build_object('last_failure_message', 'attempt_timeout')
                              ELSE e.raw_fields END

@@ -46,10 +46,11 @@ func TestExpireAttempts(t *testing.T) {
 		if res.DeadlineMs != now-1 {
 			t.Fatalf("DeadlineMs = %d; want the interrupted lease's expiry %d", res.DeadlineMs, now-1)
 		}
-		checkInterrupted(t, pool, 7, id, 1, now)
+		checkInterrupted(t, pool, 7, id, 1, now, "interrupted")
 		after := fftest.ExecJSON(t, pool, 7, id)
 		want := map[string]any{"lifecycle_phase": "runnable", "ownership_state": "unowned",
-			"eligibility_state": "eligible_now", "attempt_state": "pending_retry_attempt", "attempt_index": float64(2)}
+			"eligibility_state": "eligible_now", "attempt_state": "pending_retry_attempt", "attempt_index": float64(2),
+			"public_state": "waiting", "blocking_reason": "waiting_for_worker"}
 		checkExecChanged(t, before, after, want, "attempt_timeout")
 		if evs := fftest.CompletionEvents(t, pool, id); len(evs) != 0 {
 			t.Fatalf("completion events %+v; want none while retries remain", evs)
@@ -73,10 +74,10 @@ func TestExpireAttempts(t *testing.T) {
 		if !res.Applied || res.Retried || res.CompletionEventID == 0 || res.EventID == 0 {
 			t.Fatalf("result = %+v; want applied, terminal, both events", res)
 		}
-		checkInterrupted(t, pool, 8, id, 3, now)
+		checkInterrupted(t, pool, 8, id, 3, now, "expired")
 		checkExecChanged(t, before, fftest.ExecJSON(t, pool, 8, id), map[string]any{"lifecycle_phase": "terminal",
 			"ownership_state": "unowned", "eligibility_state": "not_applicable", "attempt_state": "attempt_terminal",
-			"terminal_at_ms": float64(now)}, "attempt_timeout")
+			"terminal_at_ms": float64(now), "public_state": "expired", "blocking_reason": nil}, "attempt_timeout")
 		evs := fftest.CompletionEvents(t, pool, id)
 		if len(evs) != 1 || evs[0].Outcome != "expired" || evs[0].OccurredAtMs != now || evs[0].EventID != res.CompletionEventID ||
 			evs[0].FlowID == nil || *evs[0].FlowID != before["flow_id"] ||
@@ -103,6 +104,26 @@ func TestExpireAttempts(t *testing.T) {
 		}
 		if att := fftest.ReadAttempt(t, pool, 9, id, 1); att.LeaseExpiresAtMs == nil || att.Outcome != nil {
 			t.Fatalf("attempt 1 = %+v; want untouched", att)
+		}
+	})
+
+	t.Run("OlderAttemptEndingTheExecutionEndsItsCurrentAttemptToo", func(t *testing.T) {
+		// Retries spent on the execution's index (1 of 1): the scanned
+		// attempt 0 is interrupted as FlowFabric does, and the current
+		// attempt 1, which FlowFabric's read_execution_info derives the
+		// terminal outcome from, says expired; its lease is left to lease
+		// expiry.
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: 10, AttemptIndex: 1,
+			Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 1}}})
+		fftest.InsertAttempt(t, pool, 10, id, 0, fftest.Ms(now-5))
+		fftest.InsertAttempt(t, pool, 10, id, 1, fftest.Ms(now+60_000))
+		if res := expireOne(t, pool, 10, id, 0, now); !res.Applied || res.Retried {
+			t.Fatalf("result = %+v; want applied, terminal", res)
+		}
+		checkInterrupted(t, pool, 10, id, 0, now, "expired")
+		if att := fftest.ReadAttempt(t, pool, 10, id, 1); att.LeaseExpiresAtMs == nil || *att.LeaseExpiresAtMs != now+60_000 ||
+			fftest.Deref(att.Outcome) != "expired" {
+			t.Fatalf("attempt 1 = lease %v, outcome %s; want its lease kept, outcome expired", att.LeaseExpiresAtMs, fftest.Deref(att.Outcome))
 		}
 	})
 
@@ -367,16 +388,16 @@ func expireOne(t *testing.T, db store.DB, p int16, id string, attempt int32, now
 }
 
 // checkInterrupted checks an attempt as FlowFabric's timeout leaves it.
-func checkInterrupted(t *testing.T, db store.DB, p int16, id string, attempt int32, now int64) {
+func checkInterrupted(t *testing.T, db store.DB, p int16, id string, attempt int32, now int64, outcome string) {
 	t.Helper()
-	var outcome *string
+	var got *string
 	var lease, terminal *int64
 	if err := db.QueryRow(context.Background(), `SELECT outcome, lease_expires_at_ms, terminal_at_ms FROM ff_attempt
-		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, p, id, attempt).Scan(&outcome, &lease, &terminal); err != nil {
+		WHERE partition_key = $1 AND execution_id = $2 AND attempt_index = $3`, p, id, attempt).Scan(&got, &lease, &terminal); err != nil {
 		t.Fatal(err)
 	}
-	if deref(outcome) != "interrupted" || lease != nil || terminal == nil || *terminal != now {
-		t.Fatalf("attempt = outcome %s, lease %v, terminal_at_ms %v; want interrupted, NULL, %d", deref(outcome), lease, terminal, now)
+	if deref(got) != outcome || lease != nil || terminal == nil || *terminal != now {
+		t.Fatalf("attempt = outcome %s, lease %v, terminal_at_ms %v; want %s, NULL, %d", deref(got), lease, terminal, outcome, now)
 	}
 }
 
@@ -395,7 +416,7 @@ func checkExecChanged(t *testing.T, before, after, want map[string]any, failure 
 			if !jsonEqual(raw, before["raw_fields"]) {
 				t.Errorf("raw_fields = %v; want %v plus last_failure_message", raw, before["raw_fields"])
 			}
-		case want[col] != nil:
+		case hasKey(want, col):
 			if !jsonEqual(v, want[col]) {
 				t.Errorf("%s = %v; want %v", col, v, want[col])
 			}
@@ -403,6 +424,12 @@ func checkExecChanged(t *testing.T, before, after, want map[string]any, failure 
 			t.Errorf("%s changed from %v to %v; FlowFabric leaves it", col, before[col], v)
 		}
 	}
+}
+
+// hasKey reports whether m has key k (a nil value included).
+func hasKey(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
 }
 
 func checkOneLeaseEvent(t *testing.T, db store.DB, p int16, id string, eventID, now int64) {

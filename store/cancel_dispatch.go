@@ -133,13 +133,16 @@ func (r DispatchResult) Changed() bool {
 }
 
 // cancelSiblingsSQL is the seed's per-sibling UPDATE, for all members at
-// once. $1 partition, $2 sibling ids, $3 now (ms), $4 default reason.
+// once, also clearing the blocking reason (a cancelled execution waits for
+// nothing; FlowFabric's Valkey engine clears it). $1 partition, $2 sibling
+// ids, $3 now (ms), $4 default reason.
 const cancelSiblingsSQL = `
 UPDATE ff_exec_core
    SET lifecycle_phase     = 'terminal',
        ownership_state     = 'unowned',
        eligibility_state   = 'not_applicable',
        public_state        = 'cancelled',
+       blocking_reason     = NULL,
        attempt_state       = 'cancelled',
        terminal_at_ms      = COALESCE(terminal_at_ms, $3),
        cancellation_reason = COALESCE(cancellation_reason, $4),

@@ -70,8 +70,11 @@ func (r PromoteResult) Promoted() bool { return r.Outcome == PromotePromoted }
 // promoteSQL is the seed's promote_for_execution as one statement, for a
 // batch of executions of one partition (distinct ids, in order $2):
 //   - up re-checks each delay under the row lock and writes the seed's
-//     values (eligibility_state eligible_now, deadline_at_ms NULL) and
-//     nothing else;
+//     values (eligibility_state eligible_now, deadline_at_ms NULL) and what
+//     FlowFabric's Valkey engine writes beside them for an execution now
+//     eligible (public_state waiting, blocking_reason waiting_for_worker),
+//     which the seed leaves at `delayed` or the claim's `running`; the
+//     attempt state is kept, as both engines keep it;
 //   - cur reads the rows from the statement's snapshot so a no-op can say
 //     why without a second round trip. All parts of one statement share that
 //     snapshot, so cur shows a row as it was before up, not what a
@@ -85,7 +88,9 @@ WITH input AS (
 ), up AS (
     UPDATE ff_exec_core e
        SET eligibility_state = 'eligible_now',
-           deadline_at_ms = NULL
+           deadline_at_ms = NULL,
+           public_state = 'waiting',
+           blocking_reason = 'waiting_for_worker'
       FROM input i
      WHERE e.partition_key = $1 AND e.execution_id = i.execution_id
        AND e.lifecycle_phase = 'runnable'

@@ -19,7 +19,7 @@ func TestPromoteDelayed(t *testing.T) {
 	pool := db.Pool
 	const now = int64(5_000_000)
 
-	t.Run("DueIsPromotedWithTheSeedsValuesOnly", func(t *testing.T) {
+	t.Run("DueIsPromotedWithTheSeedsValuesAndItsPublicState", func(t *testing.T) {
 		e := fftest.Delayed(7, now-1)
 		e.Namespace, e.Tags = "tenant-a", map[string]string{"cairn.instance_id": "i-1"}
 		id := fftest.InsertExec(t, pool, e)
@@ -36,9 +36,14 @@ func TestPromoteDelayed(t *testing.T) {
 		if after["eligibility_state"] != "eligible_now" || after["deadline_at_ms"] != nil {
 			t.Fatalf("eligibility_state = %v, deadline_at_ms = %v; want eligible_now, NULL", after["eligibility_state"], after["deadline_at_ms"])
 		}
-		// Everything else, public_state "delayed" included, is as the seed
+		// The seed leaves `delayed`; FlowFabric's Valkey engine says the
+		// execution waits for a worker now.
+		if after["public_state"] != "waiting" || after["blocking_reason"] != "waiting_for_worker" {
+			t.Fatalf("public_state = %v, blocking_reason = %v; want waiting, waiting_for_worker", after["public_state"], after["blocking_reason"])
+		}
+		// Everything else, the attempt state included, is as the seed
 		// leaves it: untouched.
-		for _, k := range []string{"eligibility_state", "deadline_at_ms"} {
+		for _, k := range []string{"eligibility_state", "deadline_at_ms", "public_state", "blocking_reason"} {
 			delete(before, k)
 			delete(after, k)
 		}

@@ -428,12 +428,19 @@ SELECT false, true, 0::bigint`
 
 	hopExistsSQL = `EXISTS (SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $3::uuid)`
 
-	// FlowFabric's satisfied UPDATE: eligibility only, the phase out of
-	// blocked; nothing else of the row.
+	// FlowFabric's satisfied UPDATE: eligibility, the phase out of
+	// blocked; and, for a downstream left waiting for a worker (runnable or
+	// submitted, as the phase now reads), what FlowFabric's Valkey engine
+	// writes for it (public_state waiting, blocking_reason
+	// waiting_for_worker), where the Postgres statement leaves a replayed
+	// member's `waiting_children`. A downstream in any other phase keeps
+	// both: the group's satisfaction does not make it waiting.
 	hopEligibleSQL = `x AS (
     UPDATE ff_exec_core
        SET eligibility_state = 'eligible_now',
-           lifecycle_phase = CASE WHEN lifecycle_phase = 'blocked' THEN 'runnable' ELSE lifecycle_phase END
+           lifecycle_phase = CASE WHEN lifecycle_phase = 'blocked' THEN 'runnable' ELSE lifecycle_phase END,
+           public_state = CASE WHEN lifecycle_phase IN ('blocked', 'runnable', 'submitted') THEN 'waiting' ELSE public_state END,
+           blocking_reason = CASE WHEN lifecycle_phase IN ('blocked', 'runnable', 'submitted') THEN 'waiting_for_worker' ELSE blocking_reason END
      WHERE partition_key = $1 AND execution_id = $3::uuid AND lifecycle_phase NOT IN ('terminal', 'cancelled')
     RETURNING 1)`
 
@@ -459,12 +466,14 @@ pc AS (
     VALUES ($1, $2::uuid, $3::uuid, $8) ON CONFLICT DO NOTHING), ` + hopEligibleSQL + `
 SELECT EXISTS (SELECT 1 FROM x), ` + hopExistsSQL + `, 0::bigint`
 
-	// FlowFabric's impossible UPDATE, and the downstream's own skipped
-	// event only when it was skipped now, carrying its tenant.
+	// FlowFabric's impossible UPDATE, clearing the blocking reason as its
+	// Valkey engine does for a terminal execution, and the downstream's own
+	// skipped event only when it was skipped now, carrying its tenant.
 	hopImpossibleSQL = `WITH g AS (` + hopGroupSQL + `),
 x AS (
     UPDATE ff_exec_core
        SET lifecycle_phase = 'terminal', eligibility_state = 'not_applicable', public_state = 'skipped',
+           blocking_reason = NULL,
            attempt_state = 'attempt_terminal', terminal_at_ms = COALESCE(terminal_at_ms, $8)
      WHERE partition_key = $1 AND execution_id = $3::uuid AND lifecycle_phase NOT IN ('terminal', 'cancelled')
     RETURNING execution_id, raw_fields),

@@ -32,13 +32,13 @@ var PastDeadlineExecutions = &Due{
 // DeadlineResult says what ExpireDeadlines did to one execution.
 type DeadlineResult struct {
 	// Applied: under its row lock the execution was still active with its
-	// deadline passed; it is terminal now, its current attempt (if it has
-	// one) interrupted, with an `expired` completion event and an `expired`
-	// lease event. False: it had finished, or its deadline moved: nothing
+	// deadline passed; it is terminal now (public_state expired), its
+	// current attempt (if it has one) ended with outcome expired, with an
+	// `expired` completion event and an `expired` lease event. False: it had finished, or its deadline moved: nothing
 	// changed.
 	Applied bool
 	// AttemptInterrupted: the execution's current attempt row existed and
-	// was interrupted (FlowFabric accepts an execution without one).
+	// was ended (outcome expired, lease released) (FlowFabric accepts an execution without one).
 	AttemptInterrupted bool
 	// RawFieldsMalformed: raw_fields is not a JSON object and was kept as
 	// it was instead of taking last_failure_message.
@@ -74,11 +74,15 @@ SELECT e.execution_id
 //     active, deadline still passed): a completion or a moved deadline
 //     committed meanwhile makes it match nothing; the deadline read there
 //     is returned (lateness is measured from it);
-//   - att interrupts the execution's current attempt (attempt_index of the
-//     execution, older attempts untouched), if there is one;
+//   - att ends the execution's current attempt (attempt_index of the
+//     execution, older attempts untouched), if there is one, with outcome
+//     `expired` (FlowFabric writes `interrupted`, from which its
+//     read_execution_info derives no terminal outcome);
 //   - up makes the execution terminal, as FlowFabric writes it, merging
-//     last_failure_message into a raw_fields that is an object; the
-//     deadline, attempt index and public state are left as they are;
+//     last_failure_message into a raw_fields that is an object, with
+//     public_state expired and no blocking reason, as FlowFabric's Valkey
+//     engine writes it (its Postgres statement leaves the claim's
+//     `running`); the deadline and attempt index are left as they are;
 //   - ce and le write the `expired` completion and lease events with the
 //     execution's namespace and instance tag (FlowFabric leaves the
 //     completion event's NULL); the lease event is written even without an
@@ -98,7 +102,7 @@ WITH input AS (
        FOR UPDATE OF e
 ), att AS (
     UPDATE ff_attempt a
-       SET outcome = 'interrupted',
+       SET outcome = 'expired',
            lease_expires_at_ms = NULL,
            terminal_at_ms = $3
       FROM ex
@@ -111,6 +115,8 @@ WITH input AS (
            eligibility_state = 'not_applicable',
            attempt_state = 'attempt_terminal',
            terminal_at_ms = $3,
+           public_state = 'expired',
+           blocking_reason = NULL,
            raw_fields = CASE WHEN jsonb_typeof(e.raw_fields) = 'object'
                              THEN e.raw_fields || jsonb_build_object('last_failure_message', 'execution_deadline')
                              ELSE e.raw_fields END

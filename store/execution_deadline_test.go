@@ -67,8 +67,10 @@ func commitWhileBlocked[R any](t *testing.T, pool *pgxpool.Pool, table string,
 
 // deadlineExpiredExec is what ExpireDeadlines makes of an execution row
 // read as before: FlowFabric's four state columns, terminal_at_ms = now,
-// and last_failure_message merged into raw_fields; every other column, the
-// deadline, attempt index and public state included, as it was.
+// last_failure_message merged into raw_fields, and public_state expired with
+// no blocking reason (FlowFabric's Valkey engine's; its Postgres statement
+// leaves them); every other column, the deadline and attempt index
+// included, as it was.
 func deadlineExpiredExec(before map[string]any, now int64) map[string]any {
 	raw := maps.Clone(before["raw_fields"].(map[string]any))
 	raw["last_failure_message"] = "execution_deadline"
@@ -78,16 +80,19 @@ func deadlineExpiredExec(before map[string]any, now int64) map[string]any {
 		"eligibility_state": "not_applicable",
 		"attempt_state":     "attempt_terminal",
 		"terminal_at_ms":    float64(now),
+		"public_state":      "expired",
+		"blocking_reason":   nil,
 		"raw_fields":        raw,
 	})
 }
 
 // deadlineInterruptedAttempt is what ExpireDeadlines makes of the current
-// attempt row read as before: outcome interrupted, lease released, terminal
-// at now; lease_epoch, worker and the rest as they were.
+// attempt row read as before: outcome expired (FlowFabric writes
+// interrupted, from which its readers derive no terminal outcome), lease
+// released, terminal at now; lease_epoch, worker and the rest as they were.
 func deadlineInterruptedAttempt(before map[string]any, now int64) map[string]any {
 	return withCols(before, map[string]any{
-		"outcome":             "interrupted",
+		"outcome":             "expired",
 		"lease_expires_at_ms": nil,
 		"terminal_at_ms":      float64(now),
 	})
@@ -149,9 +154,9 @@ func checkNoDeadlineEvents(t *testing.T, pool store.DB, id string) {
 
 // TestExpireDeadlines proves ExpireDeadlines writes exactly what FlowFabric's
 // expire_for_execution writes to an active execution past its deadline: the
-// execution terminal (deadline_at_ms, attempt_index, public_state and every
-// other column kept, raw_fields gaining last_failure_message), its current
-// attempt interrupted and no other, one `expired` completion event and one
+// execution terminal (deadline_at_ms, attempt_index and every other column
+// kept, raw_fields gaining last_failure_message, public_state expired), its
+// current attempt ended (outcome expired) and no other, one `expired` completion event and one
 // `expired` lease event, both carrying the execution's namespace and instance
 // tag; that a second call changes nothing; and that it runs inside a
 // caller's transaction. A regression shows as a column written or missed
@@ -184,8 +189,8 @@ func TestExpireDeadlines(t *testing.T) {
 		if want := deadlineExpiredExec(before, now); !jsonEqual(after, want) {
 			t.Fatalf("execution row:\ngot  %v\nwant %v", after, want)
 		}
-		if after["deadline_at_ms"] != float64(now-1) || after["attempt_index"] != float64(2) || after["public_state"] != "running" {
-			t.Fatalf("deadline %v, attempt_index %v, public_state %v; want kept", after["deadline_at_ms"], after["attempt_index"], after["public_state"])
+		if after["deadline_at_ms"] != float64(now-1) || after["attempt_index"] != float64(2) || after["public_state"] != "expired" {
+			t.Fatalf("deadline %v, attempt_index %v, public_state %v; want kept, kept, expired", after["deadline_at_ms"], after["attempt_index"], after["public_state"])
 		}
 		if got, want := fftest.AttemptJSON(t, pool, p, id, 2), deadlineInterruptedAttempt(currentBefore, now); !jsonEqual(got, want) {
 			t.Fatalf("current attempt:\ngot  %v\nwant %v", got, want)
@@ -414,9 +419,9 @@ func TestExpireDeadlinesRechecksUnderLock(t *testing.T) {
 				if !res.AttemptInterrupted {
 					t.Errorf("result = %+v; want the new current attempt interrupted", res)
 				}
-				if att := fftest.AttemptJSON(t, pool, p, id, 1); att["outcome"] != "interrupted" ||
+				if att := fftest.AttemptJSON(t, pool, p, id, 1); att["outcome"] != "expired" ||
 					att["lease_expires_at_ms"] != nil || att["terminal_at_ms"] != float64(now) {
-					t.Errorf("new current attempt = %v; want interrupted, lease NULL, terminal at now", att)
+					t.Errorf("new current attempt = %v; want expired, lease NULL, terminal at now", att)
 				}
 				if att := fftest.AttemptJSON(t, pool, p, id, 0); att["outcome"] != nil || att["lease_expires_at_ms"] != float64(now+1_000) {
 					t.Errorf("old attempt = %v; want untouched", att)

@@ -47,7 +47,8 @@ type ReleaseResult struct {
 	// qualified (renewed, released, or gone): nothing changed.
 	Released bool
 	// ExecFlipped: the execution was active and is now runnable, unowned,
-	// eligible_now, attempt_interrupted. False with Released means the
+	// eligible_now, attempt_interrupted, public_state waiting with
+	// blocking_reason waiting_for_worker. False with Released means the
 	// execution was not active (terminal, cancelled, …) and was left as is.
 	ExecFlipped bool
 	// ExecMissing: no ff_exec_core row exists for the attempt; the event
@@ -72,7 +73,10 @@ type ReleaseResult struct {
 //     outcome lease_expired_reclaimable (an UPDATE returns only the values
 //     it wrote: the expiry it clears is read first, under the same lock);
 //   - ec flips each execution to reclaimable-runnable only while it is still
-//     active, stamping raw_fields.lease_expired_at_ms;
+//     active, stamping raw_fields.lease_expired_at_ms, and says so in
+//     public_state and blocking_reason as FlowFabric's Valkey engine reads
+//     that state (waiting, waiting_for_worker), where FlowFabric's Postgres
+//     statement leaves the claim's `running`;
 //   - ev writes one `expired` lease event per released attempt with the
 //     namespace and cairn.instance_id tag copied from the execution (NULL
 //     when missing), as FlowFabric does since 0.10.
@@ -110,6 +114,8 @@ WITH input AS (
            ownership_state = 'unowned',
            eligibility_state = 'eligible_now',
            attempt_state = 'attempt_interrupted',
+           public_state = 'waiting',
+           blocking_reason = 'waiting_for_worker',
            raw_fields = CASE WHEN jsonb_typeof(e.raw_fields) = 'object'
                              THEN e.raw_fields || jsonb_build_object('lease_expired_at_ms', $4::bigint)
                              ELSE e.raw_fields END

@@ -49,8 +49,10 @@ func TestReleaseExpiredLease(t *testing.T) {
 			ex.EligibilityState != "eligible_now" || ex.AttemptState != "attempt_interrupted" {
 			t.Fatalf("exec = %+v; want runnable/unowned/eligible_now/attempt_interrupted", ex)
 		}
-		if ex.PublicState != "running" {
-			t.Fatalf("public_state = %q; the seed leaves it alone", ex.PublicState)
+		// What the seed leaves at the claim's `running`, FlowFabric's
+		// readers now see as what the row is: waiting for a worker.
+		if ex.PublicState != "waiting" || fftest.Deref(ex.BlockingReason) != "waiting_for_worker" {
+			t.Fatalf("public_state, blocking_reason = %q, %s; want waiting, waiting_for_worker", ex.PublicState, fftest.Deref(ex.BlockingReason))
 		}
 		if got := ex.RawFields["lease_expired_at_ms"]; got != float64(now) {
 			t.Fatalf("raw_fields.lease_expired_at_ms = %v; want %d", got, now)

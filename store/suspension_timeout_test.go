@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/store"
@@ -27,16 +29,17 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 		name     string
 		behavior *string
 		action   string
-		outcome  string
+		outcome  string // the completion event's: FlowFabric's Postgres outcome
+		public   string // public_state, and the current attempt's outcome
 		unknown  bool
 	}{
-		{name: "NullIsFail", behavior: nil, action: "fail", outcome: "expired"},
-		{name: "Fail", behavior: fftest.Str("fail"), action: "fail", outcome: "expired"},
-		{name: "Cancel", behavior: fftest.Str("cancel"), action: "cancel", outcome: "cancelled"},
-		{name: "Expire", behavior: fftest.Str("expire"), action: "expire", outcome: "expired"},
-		{name: "Escalate", behavior: fftest.Str("escalate"), action: "escalate", outcome: "expired"},
-		{name: "UnknownIsFail", behavior: fftest.Str("explode"), action: "fail", outcome: "expired", unknown: true},
-		{name: "EmptyIsUnknownFail", behavior: fftest.Str(""), action: "fail", outcome: "expired", unknown: true},
+		{name: "NullIsFail", behavior: nil, action: "fail", outcome: "expired", public: "failed"},
+		{name: "Fail", behavior: fftest.Str("fail"), action: "fail", outcome: "expired", public: "failed"},
+		{name: "Cancel", behavior: fftest.Str("cancel"), action: "cancel", outcome: "cancelled", public: "cancelled"},
+		{name: "Expire", behavior: fftest.Str("expire"), action: "expire", outcome: "expired", public: "expired"},
+		{name: "Escalate", behavior: fftest.Str("escalate"), action: "escalate", outcome: "expired", public: "expired"},
+		{name: "UnknownIsFail", behavior: fftest.Str("explode"), action: "fail", outcome: "expired", public: "failed", unknown: true},
+		{name: "EmptyIsUnknownFail", behavior: fftest.Str(""), action: "fail", outcome: "expired", public: "failed", unknown: true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,6 +49,7 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 				LifecyclePhase: "suspended", OwnershipState: "unowned", EligibilityState: "not_applicable",
 				PublicState: "suspended", AttemptState: "attempt_interrupted",
 				Tags: map[string]string{"cairn.instance_id": "inst-1", "other": "x"}})
+			fftest.InsertAttempt(t, pool, p, id, 0, nil)
 			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id,
 				TimeoutAtMs: fftest.Ms(now - 1), Behavior: tt.behavior})
 
@@ -67,8 +71,13 @@ func TestExpireSuspensionTerminalBehaviours(t *testing.T) {
 				ex.EligibilityState != "not_applicable" || ex.AttemptState != "attempt_terminal" {
 				t.Fatalf("exec = %+v; want terminal/unowned/not_applicable/attempt_terminal", ex)
 			}
-			if ex.PublicState != "suspended" {
-				t.Fatalf("public_state = %q; the seed leaves it alone", ex.PublicState)
+			// The seed leaves `suspended` on a terminal row; FlowFabric's
+			// Valkey engine writes what the behaviour made of it.
+			if ex.PublicState != tt.public || ex.BlockingReason != nil {
+				t.Fatalf("public_state, blocking_reason = %q, %s; want %s, NULL", ex.PublicState, fftest.Deref(ex.BlockingReason), tt.public)
+			}
+			if att := fftest.ReadAttempt(t, pool, p, id, 0); fftest.Deref(att.Outcome) != tt.public {
+				t.Fatalf("current attempt's outcome = %s; want %s", fftest.Deref(att.Outcome), tt.public)
 			}
 			if ex.TerminalAtMs == nil || *ex.TerminalAtMs != now {
 				t.Fatalf("terminal_at_ms = %v; want %d", ex.TerminalAtMs, now)
@@ -288,6 +297,110 @@ func TestExpireSuspensionResolvedIsLeftAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpireSuspensionLeavesAResumedExecutionAlone: FlowFabric's
+// deliver_signal resumes an execution (runnable, public_state resumable) but
+// leaves its suspension and lapsed timeout in place, and a worker may claim
+// it again (active, running) or finish it before the timeout is acted on.
+// For every behaviour the action then leaves the execution exactly as it
+// is, writes no event, keeps the suspension's member_map (what the resumed
+// worker's observe_signals reads) and clears its timeout, so the suspension
+// is never due again: one row job at most. A regression shows as a resumed
+// execution ended (the seed's behaviour: terminal, suspension_timeout_fail,
+// an `expired` completion event), or as a suspension still due after the
+// action (a row job at every tick).
+func TestExpireSuspensionLeavesAResumedExecutionAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t).Pool
+	const now = int64(7_500_000)
+
+	phases := []struct {
+		name string
+		exec fftest.Exec
+	}{
+		// deliver_signal's writes (suspend left ownership released,
+		// attempt_interrupted).
+		{"Resumable", fftest.Exec{LifecyclePhase: "runnable", OwnershipState: "released", EligibilityState: "eligible_now",
+			PublicState: "resumable", AttemptState: "attempt_interrupted"}},
+		// claim_resumed_execution's writes after that.
+		{"ClaimedAgain", fftest.Exec{LifecyclePhase: "active", OwnershipState: "leased", EligibilityState: "not_applicable",
+			PublicState: "running", AttemptState: "running_attempt"}},
+		{"Completed", fftest.Exec{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+			PublicState: "completed", AttemptState: "attempt_terminal"}},
+	}
+	behaviours := []*string{nil, fftest.Str(store.TimeoutCancel), fftest.Str(store.TimeoutEscalate), fftest.Str(store.TimeoutAutoResume)}
+	for i, ph := range phases {
+		for j, b := range behaviours {
+			name := ph.name + "/" + fftest.Deref(b)
+			t.Run(name, func(t *testing.T) {
+				p := int16(100 + 10*i + j)
+				e := ph.exec
+				e.Partition, e.Namespace = p, "tenant-a"
+				id := fftest.InsertExec(t, pool, e)
+				fftest.InsertAttempt(t, pool, p, id, 0, nil)
+				fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+					Behavior: b, MemberMap: map[string]any{"wp-1": []any{map[string]any{"signal_name": "go"}}}})
+				before, attBefore := fftest.ExecJSON(t, pool, p, id), fftest.AttemptJSON(t, pool, p, id, 0)
+				susBefore := fftest.SuspensionJSON(t, pool, p, id)
+
+				res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
+				if err != nil || res.Applied || res.NotSuspended != ph.exec.LifecyclePhase || res.DeadlineMs != 0 || res.EventID != 0 {
+					t.Fatalf("result = %+v, %v; want not applied, NotSuspended %s", res, err, ph.exec.LifecyclePhase)
+				}
+				if after := fftest.ExecJSON(t, pool, p, id); !jsonEqual(after, before) {
+					t.Fatalf("execution changed:\nbefore %v\nafter  %v", before, after)
+				}
+				if after := fftest.AttemptJSON(t, pool, p, id, 0); !jsonEqual(after, attBefore) {
+					t.Fatalf("attempt changed:\nbefore %v\nafter  %v", attBefore, after)
+				}
+				if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+					t.Fatalf("%d completion events; want 0", n)
+				}
+				want := withCols(susBefore, map[string]any{"timeout_at_ms": nil})
+				if after := fftest.SuspensionJSON(t, pool, p, id); !jsonEqual(after, want) {
+					t.Fatalf("suspension:\ngot  %v\nwant %v (only the timeout cleared)", after, want)
+				}
+				if rows, err := store.TimedOutSuspensions.Scan(ctx, pool, p, now+1_000_000, nil, 10, store.Filter{}); err != nil || len(rows) != 0 {
+					t.Fatalf("scan after the action = %v, %v; want nothing due", rows, err)
+				}
+				// A second job (a retry, a rescue) finds nothing due.
+				if res, err := store.ExpireSuspension(ctx, pool, p, id, now+5, store.Filter{}); err != nil || res.Applied || res.NotSuspended != "" {
+					t.Fatalf("second run = %+v, %v; want a plain no-op", res, err)
+				}
+			})
+		}
+	}
+
+	// The signal commits while the action waits for the suspension's lock
+	// (deliver_signal locks it FOR UPDATE first, then writes the
+	// execution): the action sees the execution as the signal left it.
+	t.Run("SignalCommittedWhileWaiting", func(t *testing.T) {
+		const p = int16(150)
+		id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "suspended", OwnershipState: "released",
+			EligibilityState: "not_applicable", PublicState: "suspended", AttemptState: "attempt_interrupted"})
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1)})
+		res := commitWhileBlocked(t, pool, "ff_suspension_current", func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_suspension_current WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, p, id); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE ff_exec_core SET public_state = 'resumable', lifecycle_phase = 'runnable',
+				eligibility_state = 'eligible_now' WHERE partition_key = $1 AND execution_id = $2`, p, id)
+			return err
+		}, func(ctx context.Context) (store.SuspensionExpireResult, error) {
+			return store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
+		})
+		if res.Applied || res.NotSuspended != "runnable" {
+			t.Fatalf("result = %+v; want not applied, NotSuspended runnable", res)
+		}
+		if ex := fftest.ReadExec(t, pool, p, id); ex.LifecyclePhase != "runnable" || ex.PublicState != "resumable" {
+			t.Fatalf("exec = %+v; want resumable as the signal left it", ex)
+		}
+		if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+			t.Fatalf("%d completion events; want 0", n)
+		}
+	})
 }
 
 // TestExpireSuspensionRechecksUnderLock proves the deadline and the

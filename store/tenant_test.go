@@ -64,6 +64,8 @@ func TestRowActionsRecheckTheTenant(t *testing.T) {
 		}},
 		{"SuspensionTimeout", func(p int16, exec func() string) action {
 			id := exec()
+			must2(db.Pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'suspended', public_state = 'suspended'
+				WHERE partition_key = $1 AND execution_id = $2`, p, id))
 			fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: past})
 			return action{store.TimedOutSuspensions, store.DueRow{ID: id}, p, func(f store.Filter) bool {
 				r, err := store.ExpireSuspension(ctx, db.Pool, p, id, now, f)

@@ -98,8 +98,9 @@ var deadlineRows = []deadlineRow{
 			return id
 		},
 		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			// No retries: the execution ends, its attempt expired.
 			o := fftest.ReadAttempt(t, pool, p, id, 0).Outcome
-			return o != nil && *o == "interrupted"
+			return o != nil && *o == "expired"
 		},
 	},
 	{

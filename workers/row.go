@@ -134,6 +134,9 @@ type rowAction[K comparable, R any] struct {
 	// the row in logs, after its partition.
 	noop  string
 	attrs []any
+	// why, when set, tells a no-op's reason and log line from its result
+	// (ok false: the defaults, NoOpNoLongerDue and noop).
+	why func(R) (reason NoOpReason, msg string, ok bool)
 }
 
 // act runs the common course of a deadline row job: it waits for the
@@ -163,9 +166,15 @@ func act[K comparable, R any](ctx context.Context, d *deps, a rowAction[K, R]) (
 		if err := d.checkTenant(ctx, a.r, a.partition, a.row, logs.proc); err != nil {
 			return res, logs, false, err
 		}
-		d.stats(a.r).NoOp(NoOpNoLongerDue)
-		logs.proc.Debug(a.noop)
-		logs.job.Info(a.noop)
+		reason, msg := NoOpNoLongerDue, a.noop
+		if a.why != nil {
+			if r, m, ok := a.why(res); ok {
+				reason, msg = r, m
+			}
+		}
+		d.stats(a.r).NoOp(reason)
+		logs.proc.Debug(msg)
+		logs.job.Info(msg)
 		return res, logs, false, nil
 	}
 	// The deadline found under lock; the job's for an action that found

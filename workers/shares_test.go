@@ -144,7 +144,12 @@ func TestOneRowJobPerExpiredLease(t *testing.T) {
 				if att.Outcome != nil {
 					outcome = *att.Outcome
 				}
-				wantOutcome := map[string]string{lease: "lease_expired_reclaimable", timeout: "interrupted", none: "NULL"}[r.want]
+				// Attempt timeout's outcome says whether it retried the
+				// execution (interrupted) or ended it (expired).
+				wantOutcome := map[string]string{lease: "lease_expired_reclaimable", timeout: "expired", none: "NULL"}[r.want]
+				if r.want == timeout && r.kind == "Retries" {
+					wantOutcome = "interrupted"
+				}
 				if outcome != wantOutcome {
 					t.Errorf("%s row %s: attempt outcome %s; want %s (%s's action)", r.kind, r.id, outcome, wantOutcome, orNone(r.want))
 				}

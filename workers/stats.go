@@ -82,11 +82,16 @@ const (
 	// changed it (delayed_promotion, the one statement that tells this
 	// apart: typically a concurrent promotion of the same execution).
 	NoOpLostRace
+	// NoOpNotSuspended: a suspension whose timeout lapsed belongs to an
+	// execution no longer suspended (resumed by a signal, claimed again,
+	// or ended): the execution was left untouched and the suspension's
+	// timeout cleared, so it is not offered again (suspension_timeout).
+	NoOpNotSuspended
 
 	numNoOpReasons
 )
 
-var noOpReasonNames = [numNoOpReasons]string{"no_longer_due", "gone", "not_due_yet", "locked", "flag_clear", "members_live", "lost_race"}
+var noOpReasonNames = [numNoOpReasons]string{"no_longer_due", "gone", "not_due_yet", "locked", "flag_clear", "members_live", "lost_race", "not_suspended"}
 
 // String returns the reason's label value.
 func (r NoOpReason) String() string {

@@ -12,15 +12,17 @@ import (
 )
 
 // SuspensionTimeout applies the timeout behaviour of suspensions whose
-// timeout lapsed: the execution fails, is cancelled or expires (with a
-// completion event), or gets a synthetic timeout signal. FlowFabric's
-// suspension_timeout reconciler, every 2 s.
+// timeout lapsed while their execution is still suspended: the execution
+// fails, is cancelled or expires (with a completion event), or gets a
+// synthetic timeout signal. An execution resumed meanwhile is left alone.
+// FlowFabric's suspension_timeout reconciler, every 2 s.
 var SuspensionTimeout = define[jobs.SuspensionTimeoutTickArgs, jobs.SuspensionTimeoutScanArgs](Reconciler{
-	Name:      "suspension_timeout",
-	Interval:  2 * time.Second,
-	Due:       store.TimedOutSuspensions,
-	Tables:    []string{"ff_suspension_current", "ff_exec_core", "ff_completion_event"},
-	Lookahead: true,
+	Name:        "suspension_timeout",
+	Interval:    2 * time.Second,
+	Due:         store.TimedOutSuspensions,
+	Tables:      []string{"ff_suspension_current", "ff_exec_core", "ff_attempt", "ff_completion_event"},
+	Lookahead:   true,
+	NoOpReasons: []NoOpReason{NoOpNoLongerDue, NoOpNotSuspended},
 }, func(p int16, x store.DueRow) jobs.SuspensionExpireArgs {
 	return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: x.ID}
 }, func(d *deps) river.Worker[jobs.SuspensionExpireArgs] {
@@ -46,6 +48,10 @@ func (w *suspensionExpireWorker) Work(ctx context.Context, job *river.Job[jobs.S
 		row:     store.DueRow{ID: a.ExecutionID},
 		noop:    "suspension resolved or timeout no longer lapsed under lock; nothing changed",
 		attrs:   []any{"execution_id", a.ExecutionID},
+		why: func(r store.SuspensionExpireResult) (NoOpReason, string, bool) {
+			return NoOpNotSuspended, "execution no longer suspended (" + r.NotSuspended +
+				"): left untouched; its suspension's lapsed timeout cleared", r.NotSuspended != ""
+		},
 	})
 	if !ok {
 		return err

@@ -3,6 +3,7 @@ package workers_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,67 @@ func TestSuspensionTimeoutFilterLimitsTheFleet(t *testing.T) {
 	}
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event WHERE partition_key IN (1, 2, 3)`); n != 1 {
 		t.Fatalf("%d completion events; want 1", n)
+	}
+}
+
+// TestSuspensionTimeoutLeavesResumedExecutionsAlone is the race FlowFabric's
+// deliver_signal leaves behind, run through a fleet: a satisfied suspension
+// keeps its lapsed timeout while its execution is runnable (resumable), or
+// already claimed again and running. The fleet leaves both executions as they
+// are, writes no completion event for them, and enqueues one row job for each
+// suspension, ever: its action clears the timeout, so later ticks find
+// nothing due. A still-suspended execution beside them times out as always.
+// A regression shows as a resumed execution ended (suspension_timeout_fail,
+// an `expired` event: FlowFabric's reconciler and this fleet before), or as
+// a row job per suspension per tick.
+func TestSuspensionTimeoutLeavesResumedExecutionsAlone(t *testing.T) {
+	t.Parallel()
+	db := testdb.New(t)
+	pool := db.Pool
+	now := store.NowMs()
+	resumed := map[string]fftest.Exec{
+		"resumable": {Partition: 4, LifecyclePhase: "runnable", OwnershipState: "released", EligibilityState: "eligible_now",
+			PublicState: "resumable", AttemptState: "attempt_interrupted", Namespace: "ns"},
+		"claimed again": {Partition: 5, LifecyclePhase: "active", OwnershipState: "leased", EligibilityState: "not_applicable",
+			PublicState: "running", AttemptState: "running_attempt", Namespace: "ns"},
+	}
+	ids := map[string]string{}
+	before := map[string]map[string]any{}
+	for name, e := range resumed {
+		id := fftest.InsertExec(t, pool, e)
+		fftest.InsertAttempt(t, pool, e.Partition, id, 0, nil)
+		fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: e.Partition, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1000)})
+		ids[name], before[name] = id, fftest.ExecJSON(t, pool, e.Partition, id)
+	}
+	control := fftest.InsertExec(t, pool, fftest.Exec{Partition: 6, LifecyclePhase: "suspended", OwnershipState: "released",
+		EligibilityState: "not_applicable", PublicState: "suspended", AttemptState: "attempt_interrupted", Namespace: "ns"})
+	fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: 6, ExecutionID: control, TimeoutAtMs: fftest.Ms(now - 1000)})
+
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.SuspensionTimeout)})
+	stats := f.Workers.Stats().For(workers.SuspensionTimeout.Name)
+	fleettest.WaitFor(t, 20*time.Second, "the suspended execution timed out and both resumed ones passed over", func() (bool, string) {
+		s := stats.Snapshot()
+		return s.Applied == 1 && s.NoOpsByReason["not_suspended"] == 2, fleettest.Statusf("%+v", s)
+	})
+	waitTicks(t, f, workers.SuspensionTimeout, 3)
+
+	for name, e := range resumed {
+		id := ids[name]
+		if after := fftest.ExecJSON(t, pool, e.Partition, id); !reflect.DeepEqual(after, before[name]) {
+			t.Errorf("%s execution changed:\nbefore %v\nafter  %v", name, before[name], after)
+		}
+		if n := len(fftest.CompletionEvents(t, pool, id)); n != 0 {
+			t.Errorf("%s execution: %d completion events; want 0", name, n)
+		}
+		if su, ok := fftest.ReadSuspension(t, pool, e.Partition, id); !ok || su.TimeoutAtMs != nil {
+			t.Errorf("%s execution's suspension = %+v (exists %v); want kept, its timeout cleared", name, su, ok)
+		}
+		if n := fftest.Count(t, pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND args->>'execution_id' = $2`,
+			jobs.KindSuspensionExpire, id); n != 1 {
+			t.Errorf("%s execution: %d row jobs over %d ticks; want 1", name, n, stats.Ticks.Load())
+		}
+	}
+	if ex := fftest.ReadExec(t, pool, 6, control); ex.LifecyclePhase != "terminal" || ex.PublicState != "failed" {
+		t.Errorf("suspended execution = %s/%s; want terminal/failed", ex.LifecyclePhase, ex.PublicState)
 	}
 }

@@ -210,9 +210,11 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		},
 		workers.DelayedPromotion: func() (bool, string) {
 			// The demo's delayed executions (public state delayed) are
-			// promoted: eligible now, their delay-until cleared, nothing
-			// else changed.
-			promoted := count(`SELECT count(*) FROM ff_exec_core WHERE public_state = 'delayed'
+			// promoted: eligible now, their delay-until cleared, waiting
+			// for a worker, their attempt state kept (attempt timeout's
+			// retried executions look alike but carry a retry policy).
+			promoted := count(`SELECT count(*) FROM ff_exec_core WHERE public_state = 'waiting'
+			   AND blocking_reason = 'waiting_for_worker' AND policy IS NULL
 			   AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now' AND deadline_at_ms IS NULL
 			   AND attempt_state = 'pending_retry_attempt'`)
 			want := c.Items[demo.Delayed]

@@ -253,13 +253,16 @@ func badCases() []badCase {
 			},
 		},
 		{
+			// A suspension left behind by a cancel: the execution is not
+			// suspended, so it is left as it is (still cancelled, no event)
+			// and only the suspension's timeout is cleared.
 			name: "SuspensionOfCancelledExecution",
 			seed: func(t *testing.T, db *testdb.DB, p int16) (string, check, check) {
 				id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: p, LifecyclePhase: "cancelled", OwnershipState: "unowned",
 					PublicState: "cancelled", AttemptState: "cancelled"})
 				fftest.InsertSuspension(t, db.Pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: past(),
 					Behavior: str(store.TimeoutExpire)})
-				return id, timedOut(p, id, "suspension_timeout_expire", "expired", 1), goodSuspension(t, db, p)
+				return id, timeoutCleared(p, id, "cancelled"), goodSuspension(t, db, p)
 			},
 		},
 		{
@@ -657,6 +660,31 @@ func promoted(p int16, id string) check {
 
 // phase: the execution is in lifecycle phase want with cancellation reason
 // reason (nil: none); want "" means the row must not exist.
+// timeoutCleared checks that a suspension of an execution no longer
+// suspended had its timeout cleared, its execution still in phase and
+// without a completion event.
+func timeoutCleared(p int16, id, phaseWant string) check {
+	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
+		var cleared bool
+		if err := db.QueryRow(ctx, `SELECT timeout_at_ms IS NULL FROM ff_suspension_current WHERE partition_key = $1 AND execution_id = $2`,
+			p, id).Scan(&cleared); err != nil {
+			return false, fmt.Sprintf("suspension %s: %v", id, err)
+		}
+		if !cleared {
+			return false, fmt.Sprintf("suspension %s: timeout not cleared", id)
+		}
+		if ok, status := phase(p, id, phaseWant, nil)(ctx, db); !ok {
+			return false, status
+		}
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2`,
+			p, id).Scan(&n); err != nil {
+			return false, err.Error()
+		}
+		return n == 0, fmt.Sprintf("execution %s: %d completion events; want 0", id, n)
+	}
+}
+
 func phase(p int16, id, want string, reason *string) check {
 	return func(ctx context.Context, db *pgxpool.Pool) (bool, string) {
 		var got string

@@ -122,10 +122,18 @@ func Ms(v int64) *int64 { return &v }
 // ExecRow is what tests read back from ff_exec_core.
 type ExecRow struct {
 	LifecyclePhase, OwnershipState, EligibilityState, PublicState, AttemptState string
-	CancellationReason, CancelledBy                                             *string
+	BlockingReason, CancellationReason, CancelledBy                             *string
 	TerminalAtMs, DeadlineAtMs                                                  *int64
 	RawFields                                                                   map[string]any
 	RawFieldsText                                                               string
+}
+
+// Deref returns *s, or "<nil>" for nil, for comparisons and messages.
+func Deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }
 
 // ReadExec reads one execution; it fails the test when the row is missing.
@@ -134,10 +142,10 @@ func ReadExec(t testing.TB, db store.DB, partition int16, id string) ExecRow {
 	var r ExecRow
 	err := db.QueryRow(context.Background(), `
 		SELECT lifecycle_phase, ownership_state, eligibility_state, public_state, attempt_state,
-		       cancellation_reason, cancelled_by, terminal_at_ms, deadline_at_ms, raw_fields::text
+		       blocking_reason, cancellation_reason, cancelled_by, terminal_at_ms, deadline_at_ms, raw_fields::text
 		  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2`, partition, id).
 		Scan(&r.LifecyclePhase, &r.OwnershipState, &r.EligibilityState, &r.PublicState, &r.AttemptState,
-			&r.CancellationReason, &r.CancelledBy, &r.TerminalAtMs, &r.DeadlineAtMs, &r.RawFieldsText)
+			&r.BlockingReason, &r.CancellationReason, &r.CancelledBy, &r.TerminalAtMs, &r.DeadlineAtMs, &r.RawFieldsText)
 	if err != nil {
 		t.Fatalf("read ff_exec_core %d/%s: %v", partition, id, err)
 	}

@@ -237,7 +237,8 @@ var noopDesc = prometheus.NewDesc(namespace+"_actions_noop_total",
 		"moved or deleted; a one-statement action cannot tell which), gone (already deleted), not_due_yet, locked (held by "+
 		"another transaction, offered again next tick), flag_clear (a pending cancel group cancel_dispatch leaves for "+
 		"cancel_reconcile to delete), members_live (one cancel_reconcile leaves for cancel_dispatch), lost_race (changed "+
-		"by a transaction that committed while the action waited for its lock).",
+		"by a transaction that committed while the action waited for its lock), not_suspended (a lapsed suspension of an "+
+		"execution already resumed: left untouched, the timeout cleared).",
 	[]string{"reconciler", "reason"}, nil)
 
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
