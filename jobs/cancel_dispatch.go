@@ -1,8 +1,6 @@
 package jobs
 
 import (
-	"fmt"
-
 	"github.com/riverqueue/river"
 )
 
@@ -29,25 +27,6 @@ func (CancelDispatchScanArgs) Kind() string { return KindCancelDispatchScan }
 
 // InsertOpts implements river.JobArgsWithInsertOpts.
 func (CancelDispatchScanArgs) InsertOpts() river.InsertOpts { return scanOpts() }
-
-// CancelGroupArgs identifies one pending cancel group (an edge group): the
-// args of both the dispatch and the reconcile row jobs.
-type CancelGroupArgs struct {
-	Partition     int16  `json:"partition" river:"unique"`
-	FlowID        string `json:"flow_id" river:"unique"`
-	DownstreamEID string `json:"downstream_eid" river:"unique"`
-}
-
-// Validate implements Validator.
-func (a CancelGroupArgs) Validate() error {
-	if err := validateRow(a.Partition, "flow_id", a.FlowID); err != nil {
-		return err
-	}
-	if _, err := ParseUUID(a.DownstreamEID); err != nil {
-		return fmt.Errorf("downstream_eid: %w", err)
-	}
-	return nil
-}
 
 // CancelDispatchArgs drains one pending cancel group.
 type CancelDispatchArgs CancelGroupArgs

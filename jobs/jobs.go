@@ -3,7 +3,7 @@
 // enqueue work (chiefly PromoteArgs, the ad-hoc delayed promotion), so it
 // depends on nothing of this project and on nothing heavier than River.
 //
-// Every reconciler has the same three kinds of job, "ff.<reconciler>.<step>",
+// Most reconcilers have the same three kinds of job, "ff.<reconciler>.<step>",
 // declared in the reconciler's own file here:
 //
 //   - a tick ("ff.<reconciler>.tick"), run periodically on the elected
@@ -15,6 +15,11 @@
 //   - a row job that applies the reconciler's action to one row in one
 //     transaction, re-checking its condition atomically with the change, so
 //     running it twice changes nothing the second time.
+//
+// Those that act on rows set-based have no row job: retention's partition
+// job ("ff.retention.trim", in place of a scan) deletes its partition's
+// rows itself, and outbox retention's periodic job ("ff.outbox_retention.
+// trim", in place of a tick) trims by itself.
 //
 // # Follow-up scans
 //
@@ -47,15 +52,16 @@ const (
 	QueueTicks   = "ff_ticks"   // periodic ticks
 	QueueControl = "ff_control" // partition scans
 	QueueRows    = "ff_rows"    // one job per row action
-	// QueueRetention holds retention's partition trims and the outbox
-	// trims: long deletes, worked one at a time per process, so that
-	// trimming a backlog never holds a worker another reconciler's scans or
-	// rows need.
-	QueueRetention = "ff_retention"
+	// QueueTrims holds long deletes (retention's partition trims, the
+	// outbox trims), worked one at a time per process, so that trimming a
+	// backlog never holds a worker another reconciler's scans or rows need.
+	// Its name is from when retention was its only user; queued jobs name
+	// it, so it stays.
+	QueueTrims = "ff_retention"
 )
 
 // Queues are the fleet's queues, in the order `worker status` lists them.
-var Queues = []string{QueueTicks, QueueControl, QueueRows, QueueRetention}
+var Queues = []string{QueueTicks, QueueControl, QueueRows, QueueTrims}
 
 // DefaultRiverSchema is the Postgres schema of River's tables, where other
 // services insert their jobs, unless the fleet is configured with another

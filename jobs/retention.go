@@ -30,29 +30,6 @@ func (RetentionTrimArgs) Kind() string { return KindRetentionTrim }
 // InsertOpts implements river.JobArgsWithInsertOpts.
 func (RetentionTrimArgs) InsertOpts() river.InsertOpts {
 	o := scanOpts()
-	o.Queue = QueueRetention
+	o.Queue = QueueTrims
 	return o
-}
-
-// Outbox retention: lease events and dispatched completion events older
-// than the fleet's outbox retention are deleted, oldest first, whatever
-// their execution's state. Off unless the fleet is started with an outbox
-// retention. One job per tick: both outboxes are ordered by event id across
-// partitions, so the trim walks them from the oldest without a fan-out.
-const KindOutboxTrim = "ff.outbox_retention.trim"
-
-// OutboxTrimArgs is the periodic outbox trim.
-type OutboxTrimArgs struct{}
-
-// Kind implements river.JobArgs.
-func (OutboxTrimArgs) Kind() string { return KindOutboxTrim }
-
-// OutboxTrimInsertOpts are the insert options of the periodic outbox trim:
-// at most one unfinished, on the retention queue.
-func OutboxTrimInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{
-		Queue:       QueueRetention,
-		MaxAttempts: TickMaxAttempts,
-		UniqueOpts:  river.UniqueOpts{ByState: UnfinishedStates},
-	}
 }

@@ -40,7 +40,7 @@ const EventTrimmed EventType = "trimmed"
 // accept a notice through emit, after which holes up to the trim's mark
 // are passed at once.
 func (r *reader) checkTrimmed(ctx context.Context, db leaseEventDB, emit func(Event) error) error {
-	through, err := store.OutboxTrimmedThrough(ctx, db, store.OutboxLeaseEvents)
+	through, err := store.LeaseEventsTrimmedThrough(ctx, db)
 	if err != nil {
 		return err
 	}

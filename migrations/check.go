@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,23 +45,34 @@ var requiredColumns = map[string][]string{
 	"ff_quota_admitted":        {"partition_key", "execution_id"},
 	"ff_quota_window":          {"partition_key", "execution_id"},
 	"ff_signal_event":          {"partition_key", "execution_id"},
-	// Ours, checked only when named: the outbox trim's mark.
-	OutboxTrimTableName: {"outbox", "trimmed_through", "trimmed_at"},
 }
 
 // Check verifies that the given ff_* tables (every one the worker knows when
 // none is given) exist with every column the worker reads or writes, looked
-// up through the connection's search_path. A fleet checks the tables of the
-// reconcilers it runs. The error names every missing table and column in
-// one message.
-func Check(ctx context.Context, pool *pgxpool.Pool, tables ...string) error {
-	if len(tables) == 0 {
-		for t := range requiredColumns {
-			if t != OutboxTrimTableName {
-				tables = append(tables, t)
-			}
+// up through the connection's search_path, and that the given objects of
+// ours (Object, with River's tables in schema) are in place. A fleet checks
+// the tables of the reconcilers it runs. The error names every missing
+// table, column and object in one message.
+func Check(ctx context.Context, pool *pgxpool.Pool, schema string, names ...string) error {
+	var tables []string
+	for _, n := range names {
+		if !IsObject(n) {
+			tables = append(tables, n)
 		}
 	}
+	if len(names) == 0 {
+		for t := range requiredColumns {
+			tables = append(tables, t)
+		}
+	}
+	if err := checkTables(ctx, pool, tables); err != nil {
+		return err
+	}
+	return checkObjects(ctx, pool, schema, names)
+}
+
+// checkTables checks that tables exist with their requiredColumns.
+func checkTables(ctx context.Context, pool *pgxpool.Pool, tables []string) error {
 	rows, err := pool.Query(ctx, `
 		SELECT c.relname, a.attname
 		  FROM pg_class c
@@ -117,20 +129,29 @@ func Check(ctx context.Context, pool *pgxpool.Pool, tables ...string) error {
 		strings.Join(parts, "; "))
 }
 
-// CheckRetentionIndex reports that retention's index on ff_exec_core is
-// missing or unfinished, with what to run: without it every retention tick
-// would read every execution.
-func CheckRetentionIndex(ctx context.Context, pool *pgxpool.Pool) error {
-	var valid *bool
-	if err := pool.QueryRow(ctx, `SELECT (SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1))`,
-		RetentionIndexName).Scan(&valid); err != nil {
+// checkColumns reports table (one of ours) missing, or missing one of cols,
+// with fix, what to run.
+func checkColumns(ctx context.Context, pool *pgxpool.Pool, table string, cols []string, fix string) error {
+	var have []string
+	err := pool.QueryRow(ctx, `
+		SELECT COALESCE(array_agg(a.attname::text), '{}')
+		  FROM pg_class c
+		  JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+		 WHERE c.relname = $1 AND pg_table_is_visible(c.oid) AND c.relkind IN ('r', 'p')`, table).Scan(&have)
+	if err != nil {
 		return fmt.Errorf("read catalog: %w", err)
 	}
-	switch {
-	case valid == nil:
-		return fmt.Errorf("retention's index %s on ff_exec_core is missing; run `worker migrate` to create it", RetentionIndexName)
-	case !*valid:
-		return fmt.Errorf("retention's index %s on ff_exec_core is unfinished (an interrupted build); run `worker migrate` to finish it", RetentionIndexName)
+	if len(have) == 0 {
+		return fmt.Errorf("table %s is missing; %s", table, fix)
+	}
+	var missing []string
+	for _, c := range cols {
+		if !slices.Contains(have, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("table %s lacks columns %s; %s", table, strings.Join(missing, ", "), fix)
 	}
 	return nil
 }

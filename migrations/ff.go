@@ -590,25 +590,14 @@ func firstLine(s string) string {
 	return s
 }
 
-// Fingerprint identifies all the DDL this package creates, the ff_* tables,
-// the worker heartbeat and outbox trim tables and the retention index; tests name their template database after
-// it, so that any change to the DDL rebuilds the template.
-func Fingerprint() string { return fingerprint(ffTables, ourDDL+promoteFingerprintDDL()) }
+// Fingerprint identifies all the DDL this package creates: the ff_* tables,
+// the worker heartbeat table and every object of ours (Object); tests name
+// their template database after it, so that any change to the DDL rebuilds
+// the template.
+func Fingerprint() string { return fingerprint(ffTables, ourDDL+objectsDDL()) }
 
-// promoteFingerprintDDL is the promote function's DDL in River's default
-// schema (test databases use it), or why there is none: either way a
-// change to it changes the fingerprint.
-func promoteFingerprintDDL() string {
-	ddl, err := PromoteFunctionSQL(jobs.DefaultRiverSchema)
-	if err != nil {
-		return err.Error()
-	}
-	return ddl
-}
-
-// ourDDL is the DDL of what is ours: the heartbeat and outbox trim tables
-// and the retention index.
-const ourDDL = workerTableDDL + workerTableConfigDDL + workerTableConnTagDDL + outboxTrimDDL + retentionIndexCols
+// ourDDL is the DDL of the heartbeat table, ours but no reconciler's.
+const ourDDL = workerTableDDL + workerTableConfigDDL + workerTableConnTagDDL
 
 func fingerprint(tables []ffTable, workerDDL string) string {
 	h := sha256.New()

@@ -17,7 +17,7 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 	if !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(base) {
 		t.Fatalf("Fingerprint = %q; want 12 hex digits", base)
 	}
-	all := ourDDL + promoteFingerprintDDL()
+	all := ourDDL + objectsDDL()
 	if fingerprint(ffTables, all) != base {
 		t.Fatal("Fingerprint is not the fingerprint of this package's DDL")
 	}

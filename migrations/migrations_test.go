@@ -39,7 +39,7 @@ func TestApplyFFOnAMigratedDatabaseIsNoop(t *testing.T) {
 	if comment != "owned by flowfabric" {
 		t.Fatalf("ApplyFF altered ff_attempt (comment %q)", comment)
 	}
-	if err := migrations.Check(ctx, db.Pool); err != nil {
+	if err := migrations.Check(ctx, db.Pool, testdb.RiverSchema); err != nil {
 		t.Fatalf("Check after ApplyFF: %v", err)
 	}
 }
@@ -57,7 +57,7 @@ func TestCheckNamesWhatIsMissing(t *testing.T) {
 	ctx := context.Background()
 	db := testdb.NewEmpty(t)
 
-	err := migrations.Check(ctx, db.Pool)
+	err := migrations.Check(ctx, db.Pool, testdb.RiverSchema)
 	if err == nil {
 		t.Fatal("Check on an empty database: want error")
 	}
@@ -81,14 +81,14 @@ func TestCheckNamesWhatIsMissing(t *testing.T) {
 	if children != jobs.PartitionCount {
 		t.Fatalf("ff_attempt has %d partitions, want %d", children, jobs.PartitionCount)
 	}
-	if err := migrations.Check(ctx, db.Pool); err != nil {
+	if err := migrations.Check(ctx, db.Pool, testdb.RiverSchema); err != nil {
 		t.Fatalf("Check after ApplyFF: %v", err)
 	}
 
 	if _, err := db.Pool.Exec(ctx, `ALTER TABLE ff_attempt DROP COLUMN outcome`); err != nil {
 		t.Fatal(err)
 	}
-	err = migrations.Check(ctx, db.Pool)
+	err = migrations.Check(ctx, db.Pool, testdb.RiverSchema)
 	if err == nil || !strings.Contains(err.Error(), "missing columns: ff_attempt.outcome") {
 		t.Fatalf("Check with a dropped column = %v; want it to name ff_attempt.outcome", err)
 	}

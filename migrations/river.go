@@ -3,8 +3,9 @@ package migrations
 import (
 	"context"
 	"fmt"
-	"github.com/flowfabric/ffreconcile/internal/dbnames"
 	"log/slog"
+
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

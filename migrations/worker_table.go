@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"fmt"
+
 	"github.com/flowfabric/ffreconcile/internal/dbnames"
 
 	"github.com/jackc/pgx/v5"

@@ -143,12 +143,6 @@ SELECT att.execution_id IS NOT NULL,
   LEFT JOIN ev ON ev.execution_id = att.execution_id::text
  ORDER BY i.ord`
 
-// LeaseRef names one attempt of a partition.
-type LeaseRef struct {
-	ExecutionID  string
-	AttemptIndex int32
-}
-
 // ReleaseExpiredLease releases one attempt's lease if, under its row lock, it
 // is still expired at nowMs. It runs in one statement (one implicit
 // transaction when db is a pool), so the check and the change are atomic and

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -145,4 +146,27 @@ WHERE locktype IN ('virtualxid', 'transactionid')
 		return nil, fmt.Errorf("check running transactions: %w", err)
 	}
 	return running, nil
+}
+
+// LeaseEventsTrimmedThrough returns the highest lease event id outbox
+// retention has deleted: every event at or below it that ever committed may
+// be gone. 0 when nothing was deleted, or when the table of trim marks does
+// not exist (no fleet with outbox retention migrated it). Lease history
+// reads it to tell a consumer behind the trim what it missed.
+//
+// Index: the table's primary key.
+func LeaseEventsTrimmedThrough(ctx context.Context, db DB) (int64, error) {
+	const outbox = "ff_lease_event"
+	var through int64
+	err := db.QueryRow(ctx, `SELECT COALESCE((SELECT trimmed_through FROM ffreconcile_outbox_trim WHERE outbox = $1), 0)`,
+		outbox).Scan(&through)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return 0, nil
+	}
+	// The scalar subquery makes one row either way: no ErrNoRows.
+	if err != nil {
+		return 0, fmt.Errorf("read how far %s was trimmed: %w", outbox, err)
+	}
+	return through, nil
 }

@@ -210,7 +210,7 @@ func TestTrimLeaseEvents(t *testing.T) {
 		}
 		return id
 	}
-	if got, err := store.OutboxTrimmedThrough(ctx, pool, store.OutboxLeaseEvents); err != nil || got != 0 {
+	if got, err := store.LeaseEventsTrimmedThrough(ctx, pool); err != nil || got != 0 {
 		t.Fatalf("mark before any trim = %d, %v; want 0", got, err)
 	}
 	old1, old2, old3 := insert(cutoff-30), insert(cutoff-20), insert(cutoff-10)
@@ -236,7 +236,7 @@ func TestTrimLeaseEvents(t *testing.T) {
 	if left != 0 || fftest.Count(t, pool, `SELECT count(*) FROM ff_lease_event`) != 2 {
 		t.Fatalf("events left wrong: the recent one and the one after it must stay")
 	}
-	if got, err := store.OutboxTrimmedThrough(ctx, pool, store.OutboxLeaseEvents); err != nil || got != old3 {
+	if got, err := store.LeaseEventsTrimmedThrough(ctx, pool); err != nil || got != old3 {
 		t.Fatalf("mark = %d, %v; want %d", got, err, old3)
 	}
 	// A later cutoff passes the recent event and the one after it.
@@ -247,7 +247,7 @@ func TestTrimLeaseEvents(t *testing.T) {
 	if res, err := store.TrimLeaseEvents(ctx, pool, cutoff+1, 100); err != nil || res.Deleted != 0 {
 		t.Fatalf("a trim of an empty outbox = %+v, %v", res, err)
 	}
-	if got, _ := store.OutboxTrimmedThrough(ctx, pool, store.OutboxLeaseEvents); got != oldAfterRecent {
+	if got, _ := store.LeaseEventsTrimmedThrough(ctx, pool); got != oldAfterRecent {
 		t.Fatalf("mark after an empty trim = %d; want it kept at %d", got, oldAfterRecent)
 	}
 }

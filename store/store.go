@@ -432,3 +432,12 @@ func (r *batchRows) Err() error {
 	}
 	return r.err
 }
+
+// outcomeName names o, one of the iota + 1 constants whose names are given
+// in order.
+func outcomeName[O ~int](o O, typ string, names ...string) string {
+	if o >= 1 && int(o) <= len(names) {
+		return names[o-1]
+	}
+	return fmt.Sprintf("%s(%d)", typ, int(o))
+}

@@ -38,10 +38,15 @@ const (
 // partition + execution_id form and without "at", so a sweep and an ad-hoc
 // promotion of that form for the same execution share one unique key.
 var DelayedPromotion = define[jobs.DelayedPromotionTickArgs, jobs.DelayedPromotionScanArgs](Reconciler{
-	Name:        "delayed_promotion",
-	Interval:    time.Second,
-	Due:         store.DelayedExecutions,
-	Tables:      []string{"ff_exec_core"},
+	Name:     "delayed_promotion",
+	Interval: time.Second,
+	Due:      store.DelayedExecutions,
+	Tables:   []string{"ff_exec_core"},
+	// ffreconcile_promote: the function other services call to enqueue a
+	// promotion in one SQL call (migrations/delayed_promotion.go), whose
+	// jobs every fleet works, ticking promotions or not; one older than
+	// this build's would insert jobs unlike the Go clients'.
+	AlwaysNeeds: []string{"ffreconcile_promote"},
 	Lookahead:   true,
 	NoOpReasons: []NoOpReason{NoOpNoLongerDue, NoOpGone, NoOpNotDueYet, NoOpLostRace},
 }, func(p int16, x store.DueRow) jobs.PromoteArgs {

@@ -9,9 +9,26 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/notifylisten"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 )
+
+// DependencyStaleThreshold is how long after its commit a completion event
+// is left to FlowFabric's own dispatcher before dependency dispatches it
+// (--dependency-stale-threshold): FlowFabric's supervisor's 15 s
+// (DEFAULT_DEP_STALE_MS). Off, the fleet is the primary dispatcher: it
+// takes every undispatched event, woken for each by FlowFabric's
+// ff_completion notification.
+var DependencyStaleThreshold = &Setting{
+	Flag: "dependency-stale-threshold",
+	Help: "dependency dispatches completion events undispatched this long after their commit, as FlowFabric's supervisor does " +
+		"(0: at once, woken by FlowFabric's ff_completion notification: the fleet is the primary dispatcher; " +
+		"turn FlowFabric's own completion listener off then, see docs/deployment.md)",
+	Default:  15 * time.Second,
+	CanBeOff: true,
+	ShapeKey: "dependency_stale_threshold",
+}
 
 // Dependency dispatches completion events nobody dispatched: FlowFabric's
 // dependency reconciler (every 15 s, events older than its 15 s stale
@@ -20,19 +37,58 @@ import (
 // events its hops write for impossible downstreams are dispatched at once, in
 // the same commit, so a chain of skips drains in one pass instead of one hop
 // per tick. Its tenant filter reads the event's own namespace and
-// instance_tag columns, as FlowFabric's does.
+// instance_tag columns, as FlowFabric's does. As the primary dispatcher
+// (DependencyStaleThreshold off) it also listens to FlowFabric's
+// ff_completion notification.
 var Dependency = define[jobs.DependencyTickArgs, jobs.DependencyScanArgs](Reconciler{
 	Name:     "dependency",
 	Interval: 15 * time.Second,
 	Due:      store.CompletionEvents,
-	Behind:   func(c Config) time.Duration { return max(c.DependencyStaleThreshold, 0) },
+	Settings: []*Setting{DependencyStaleThreshold},
+	Behind:   staleThreshold,
 	Tables:   []string{"ff_completion_event", "ff_edge", "ff_edge_group", "ff_pending_cancel_groups", "ff_exec_core"},
+	Listen:   listenForCompletions,
 }, func(p int16, x store.DueRow) jobs.DependencyDispatchArgs {
 	id, _ := strconv.ParseInt(x.ID, 10, 64) // the scan's event_id::text
 	return jobs.DependencyDispatchArgs{Partition: p, EventID: id}
 }, func(d *deps) river.Worker[jobs.DependencyDispatchArgs] {
 	return &dependencyWorker{d: d, slots: make(chan struct{}, DependencyTransactions)}
 })
+
+// staleThreshold is how long after its commit an event is due: the
+// setting, or none when it is off.
+func staleThreshold(v Values) time.Duration { return max(v.Get(DependencyStaleThreshold), 0) }
+
+// completionChannel is FlowFabric's completion notification channel
+// (ff_notify_completion_event): its payload is the event id.
+const completionChannel = "ff_completion"
+
+// listenForCompletions makes the fleet the primary dispatcher when the
+// stale threshold is off: each event FlowFabric notifies is looked up and
+// its dispatch job inserted at once, instead of at the next tick. Every
+// process listens; their inserts of one event are unique among unfinished
+// jobs, and a dispatch that finds the event claimed changes nothing. An
+// event notified while a listener was down is the ticks' (which then take
+// every undispatched event).
+func listenForCompletions(env ListenEnv) (Runner, error) {
+	if env.Settings.On(DependencyStaleThreshold) {
+		return nil, nil
+	}
+	return notifylisten.New(notifylisten.Config{
+		Pool: env.Pool, Channel: completionChannel, What: "completion notifications", Logger: env.Logger, Listening: env.Listening,
+		Handle: func(ctx context.Context, conn *pgx.Conn, ids []int64) error {
+			events, err := store.UndispatchedEvents(ctx, conn, ids, env.Filter)
+			if err != nil || len(events) == 0 {
+				return err
+			}
+			params := make([]river.InsertManyParams, len(events))
+			for i, e := range events {
+				params[i] = river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: e.Partition, EventID: e.EventID}}
+			}
+			return env.Insert(ctx, params)
+		},
+	})
+}
 
 // DependencyTransactions is the most dispatch transactions a process holds
 // open at once. Events fanning into one hot group queue on its lock, each
@@ -98,7 +154,7 @@ func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.Depende
 		w.d.wake(time.Now())
 	}
 	c.Applied.Add(1)
-	w.d.cfg.Observer.Lateness(Dependency.Name, time.Since(time.UnixMilli(res.CommittedAtMs+Dependency.Behind(w.d.cfg).Milliseconds())))
+	w.d.cfg.Observer.Lateness(Dependency.Name, time.Since(time.UnixMilli(res.CommittedAtMs+staleThreshold(w.d.cfg.Settings).Milliseconds())))
 	log = log.With("execution_id", res.ExecutionID, "flow_id", res.FlowID, "outcome", res.EventOutcome)
 	if res.UnknownOutcome {
 		log.Warn("completion event's outcome is none FlowFabric writes; counted as a failure, as FlowFabric does")

@@ -45,7 +45,7 @@ func TestDependencyChainDrainsAtOnce(t *testing.T) {
 
 	// Queues poll once a minute: each hop's job must be started by a
 	// notification or the fleet's wake-up, not found by a poll.
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency), DependencyStaleThreshold: time.Hour,
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency), Settings: workers.Values{workers.DependencyStaleThreshold: time.Hour},
 		Filter: store.Filter{Namespace: "acme"}, FetchPollInterval: time.Minute})
 	last := chain[len(chain)-1]
 	fleettest.WaitFor(t, 30*time.Second, "the chain's last downstream skipped", func() (bool, string) {
@@ -73,10 +73,10 @@ func TestDependencyPrimaryDispatchesOnNotification(t *testing.T) {
 	pool := db.Pool
 	listening := make(chan struct{}, 1)
 	fleettest.Start(t, db, fleet.Config{
-		Reconcilers:              map[string]time.Duration{workers.Dependency.Name: time.Hour},
-		DependencyStaleThreshold: -1,
-		FetchPollInterval:        time.Minute, // started by notification, not found by a poll
-		CompletionsListening: func() {
+		Reconcilers:       map[string]time.Duration{workers.Dependency.Name: time.Hour},
+		Settings:          workers.Values{workers.DependencyStaleThreshold: workers.Off},
+		FetchPollInterval: time.Minute, // started by notification, not found by a poll
+		Listening: func() {
 			select {
 			case listening <- struct{}{}:
 			default:

@@ -36,15 +36,11 @@ func (s *Set) Hooks() []rivertype.Hook {
 // River UI's tag filter finds one reconciler's or one tenant's jobs.
 // River validates tags before its hooks run, so these are made valid here.
 func (d *deps) tagOnInsert(_ context.Context, params *rivertype.JobInsertParams) error {
-	name := ""
-	if r, _, ok := ByKind(params.Kind); ok {
-		name = r.Name
-	} else if params.Kind == jobs.KindOutboxTrim {
-		name = OutboxRetentionName
-	} else {
+	r, _, ok := ByKind(params.Kind)
+	if !ok {
 		return nil
 	}
-	for _, tag := range []string{name, TenantTag(d.cfg.Filter)} {
+	for _, tag := range []string{r.Name, TenantTag(d.cfg.Filter)} {
 		if tag != "" && !slices.Contains(params.Tags, tag) {
 			params.Tags = append(params.Tags, tag)
 		}

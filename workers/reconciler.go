@@ -1,11 +1,14 @@
 package workers
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"github.com/flowfabric/ffreconcile/jobs"
@@ -35,15 +38,21 @@ type Reconciler struct {
 	// Lookahead: its ticks and scans take rows falling due before the next
 	// tick, as row jobs that start at the row's deadline (Config.Lookahead).
 	Lookahead bool
-	// Tables are the FlowFabric tables its statements read or write; a
-	// fleet that runs it checks at start that they are migrated.
+	// Tables are the FlowFabric tables its statements read or write, and
+	// the objects of ours it needs (migrations.Object); a fleet that runs it
+	// checks at start that they are migrated.
 	Tables []string
+	// AlwaysNeeds are objects of ours every fleet checks at start, running
+	// this reconciler or not: its row jobs, which other services enqueue,
+	// are worked by every fleet (delayed promotion's promote function).
+	AlwaysNeeds []string
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int
-	// Behind, when set, is how long after their Due.At its rows fall due:
-	// its ticks and scans compare the rows with now less it (DueAt).
-	Behind func(Config) time.Duration
+	// Behind, when set, is how long after their Due.At its rows fall due
+	// under the fleet's settings: its ticks and scans compare the rows with
+	// now less it (DueAt).
+	Behind func(Values) time.Duration
 	// AllTenants: its rows belong to no tenant (budgets, worker
 	// registrations), so it acts on every tenant's rows whatever the
 	// fleet's tenant filter, as FlowFabric's loops do for them. These are
@@ -53,21 +62,33 @@ type Reconciler struct {
 	// reconciler exempts only them. Set exactly when Due.Tenant is not
 	// (define panics otherwise).
 	AllTenants bool
-	// Retained: its rows are due Config.Retention after their Due.At, and
-	// it runs only when Config.Retention is set (retention). It has no row
-	// jobs: its partition job acts on the rows itself.
-	Retained bool
+	// Settings are its own settings, beyond its interval: each a flag of
+	// `worker run` (see Setting).
+	Settings []*Setting
+	// OnlyWith, when set, is the one of its Settings that turns it on: a
+	// fleet runs it only while that setting is on (retention with
+	// --retention), where every other reconciler runs unless left out.
+	OnlyWith *Setting
+	// RefusesFilter, when set, is why it cannot run in a fleet with a
+	// tenant filter (outbox retention: the outboxes are every tenant's).
+	RefusesFilter error
+	// Listen, when set, builds what it runs beside its jobs while the
+	// fleet runs (dependency's ff_completion listener); it returns nil
+	// when the fleet's settings need none.
+	Listen func(ListenEnv) (Runner, error)
 	// NoOpReasons are the reasons its row actions can change nothing for,
 	// as far as its statements tell (metrics export each, zero until one
-	// occurs). Defaults to NoOpNoLongerDue alone; none for retention,
-	// whose trim has no row actions.
+	// occurs). Defaults to NoOpNoLongerDue alone; none for a reconciler
+	// without row actions.
 	NoOpReasons []NoOpReason
 
 	tickKind, scanKind, rowKind string
-	// scanQueue is the queue of its partition jobs.
+	// scanQueue is the queue of its partition jobs (for a reconciler
+	// without them, of its periodic job).
 	scanQueue string
-	// tick is the periodic tick's args.
-	tick river.JobArgs
+	// tick is the periodic tick's args; tickOpts its insert options.
+	tick     river.JobArgs
+	tickOpts func() *river.InsertOpts
 	// newScan builds the args of a scan of this reconciler.
 	newScan func(jobs.ScanArgs) river.JobArgs
 	// rowJob builds the row job of a scanned row (nil without row jobs).
@@ -128,18 +149,62 @@ func (r *Reconciler) TickKind() string { return r.tickKind }
 func (r *Reconciler) ScanKind() string { return r.scanKind }
 
 // RowKind is the kind of the reconciler's row jobs (for delayed promotion
-// also the ad-hoc promotion's); "" for retention, which has none.
+// also the ad-hoc promotion's); "" for one without row jobs.
 func (r *Reconciler) RowKind() string { return r.rowKind }
 
 // HasRowJobs reports whether the reconciler acts through row jobs
 // (retention's trim acts on its partition's rows itself).
 func (r *Reconciler) HasRowJobs() bool { return r.rowJob != nil }
 
+// HasScans reports whether the reconciler's tick fans out partition jobs
+// (every one but those whose periodic job acts by itself, see
+// defineSingle): only those have a Due.
+func (r *Reconciler) HasScans() bool { return r.scanKind != "" }
+
 // TickArgs returns the args of the reconciler's periodic tick.
 func (r *Reconciler) TickArgs() river.JobArgs { return r.tick }
 
+// TickInsertOpts returns the insert options of the reconciler's periodic
+// job: jobs.TickInsertOpts(), or its own.
+func (r *Reconciler) TickInsertOpts() *river.InsertOpts { return r.tickOpts() }
+
+// Queue returns the queue of its partition jobs (or of its periodic job,
+// for one without them): jobs.QueueControl, or a queue of its own that the
+// fleet runs one job at a time (jobs.QueueTrims).
+func (r *Reconciler) Queue() string { return r.scanQueue }
+
+// On reports whether a fleet with settings v can run r: it has no
+// OnlyWith setting, or that one is on.
+func (r *Reconciler) On(v Values) bool { return r.OnlyWith == nil || v.On(r.OnlyWith) }
+
+// ListenEnv is what a reconciler's Listen is given.
+type ListenEnv struct {
+	// Pool runs its queries and gives its listening connection.
+	Pool *pgxpool.Pool
+	// Filter is the fleet's tenant filter; Settings its settings.
+	Filter   store.Filter
+	Settings Values
+	// Insert inserts jobs through the fleet's River client and wakes the
+	// producers of the rows' queue (River announces an insert at most once
+	// per queue per fetch cooldown).
+	Insert func(ctx context.Context, params []river.InsertManyParams) error
+	// Logger receives its logs.
+	Logger *slog.Logger
+	// Listening, when set, is called each time it starts listening (a test
+	// signal: notifications before it reach nobody).
+	Listening func()
+}
+
+// Runner is something a reconciler runs beside its jobs: Run returns once
+// ctx is done.
+type Runner interface{ Run(ctx context.Context) }
+
 // String returns the name.
 func (r *Reconciler) String() string { return r.Name }
+
+// IntervalFlag is the name of its interval's flag of `worker run`, e.g.
+// lease-expiry-interval.
+func (r *Reconciler) IntervalFlag() string { return strings.ReplaceAll(r.Name, "_", "-") + "-interval" }
 
 // scanArgs is a reconciler's scan args type: jobs.ScanArgs embedded in a
 // struct of its own kind.
@@ -175,7 +240,7 @@ func defineSteps[T river.JobArgs, S scanArgsWithOpts](r Reconciler, scanWorker f
 		sh.Due.At != r.Due.At || sh.Due.ID != r.Due.ID || sh.Due.ID2 != r.Due.ID2 || sh.Due.N != r.Due.N) {
 		panic(fmt.Sprintf("reconciler %s: its share with %s must be a part of its own rows: the same table, deadline, key and tenancy", r.Name, sh.With))
 	}
-	r.tick = t
+	r.tick, r.tickOpts = t, jobs.TickInsertOpts
 	r.tickKind, r.scanKind = t.Kind(), s.Kind()
 	r.scanQueue = s.InsertOpts().Queue
 	prefix := "ff." + r.Name + "."
@@ -236,12 +301,42 @@ func rowKey(x store.DueRow) string {
 func flowPartitions(c Config) int { return c.PartitionCount }
 
 // DueAt returns the time, in Unix ms, against which r's Due compares its
-// rows' deadlines at nowMs: nowMs itself, or nowMs less r.Behind (for
-// retention the retention: an execution is due once it has been terminal
-// that long; for dependency the stale threshold).
-func (r *Reconciler) DueAt(nowMs int64, c Config) int64 {
+// rows' deadlines at nowMs under settings v: nowMs itself, or nowMs less
+// r.Behind (for retention the retention: an execution is due once it has
+// been terminal that long; for dependency the stale threshold).
+func (r *Reconciler) DueAt(nowMs int64, v Values) int64 {
 	if r.Behind != nil {
-		return nowMs - r.Behind(c).Milliseconds()
+		return nowMs - r.Behind(v).Milliseconds()
 	}
 	return nowMs
+}
+
+// defineSingle completes r as a reconciler whose periodic job acts by
+// itself, with no partitions to fan out over and no Due (outbox retention:
+// both outboxes are walked by event id across partitions). P is its
+// periodic job's args, with their own insert options (its queue), worked by
+// the worker work builds for a Set.
+func defineSingle[P interface {
+	river.JobArgs
+	river.JobArgsWithInsertOpts
+}](r Reconciler, work func(r *Reconciler, d *deps) river.Worker[P]) *Reconciler {
+	var p P
+	if r.AllTenants || r.Shares != nil || r.Lookahead || r.Due != nil {
+		panic(fmt.Sprintf("reconciler %s: a single periodic job has no rows of a tenant, shares, lookahead or Due", r.Name))
+	}
+	r.tick = p
+	r.tickKind = p.Kind()
+	r.tickOpts = func() *river.InsertOpts { o := p.InsertOpts(); return &o }
+	r.scanQueue = p.InsertOpts().Queue
+	if prefix := "ff." + r.Name + "."; !strings.HasPrefix(r.tickKind, prefix) || len(r.tickKind) == len(prefix) {
+		panic(fmt.Sprintf("reconciler %s: kind %s is not %s<step>", r.Name, r.tickKind, prefix))
+	}
+	if r.Partitions == nil {
+		r.Partitions = func(Config) int { return 0 }
+	}
+	r.NoOpReasons = []NoOpReason{}
+	def := &r
+	r.register = func(ws *river.Workers, d *deps) error { return addWorker(ws, d, work(def, d)) }
+	r.validateJSON = map[string]func([]byte) error{}
+	return def
 }

@@ -7,8 +7,10 @@ import (
 
 // registry lists every reconciler once, in the order they are shown. Adding
 // a reconciler is its args (jobs/<name>.go), its store file (the Due and the
-// row statement), its workers file (its value, built by define) and a line
-// here.
+// row statement), its workers file (its value, built by define, with its
+// settings, queue and side channel), a migrations file when it needs
+// objects of ours in the database, and a line here; every other part of the
+// program walks this list (TestEveryReconcilerIsNamedOnlyInItsOwnFiles).
 var registry = []*Reconciler{
 	LeaseExpiry,
 	SuspensionTimeout,
@@ -22,17 +24,19 @@ var registry = []*Reconciler{
 	WorkerRegistryTTL,
 	Dependency,
 	Retention,
+	OutboxRetention,
 }
 
 // All returns every reconciler, in the registry's order.
 func All() []*Reconciler { return slices.Clone(registry) }
 
-// DefaultOn returns the reconcilers a fleet runs unless told otherwise, in
-// the registry's order: all of them, but retention only with a retention.
-func DefaultOn(retention time.Duration) []*Reconciler {
+// DefaultOn returns the reconcilers a fleet with settings v runs unless
+// told otherwise, in the registry's order: all of them, but those turned
+// on by a setting (Reconciler.OnlyWith) only with that setting on.
+func DefaultOn(v Values) []*Reconciler {
 	var out []*Reconciler
 	for _, r := range registry {
-		if !r.Retained || retention > 0 {
+		if r.On(v) {
 			out = append(out, r)
 		}
 	}
@@ -90,7 +94,9 @@ var byKind = func() map[string]kindOf {
 	m := map[string]kindOf{}
 	for _, r := range registry {
 		m[r.tickKind] = kindOf{r, StepTick}
-		m[r.scanKind] = kindOf{r, StepScan}
+		if r.HasScans() {
+			m[r.scanKind] = kindOf{r, StepScan}
+		}
 		if r.HasRowJobs() {
 			m[r.rowKind] = kindOf{r, StepRow}
 		}

@@ -18,19 +18,31 @@ import (
 // while other partitions wait.
 const trimBudget = 5 * time.Second
 
+// RetentionAge is how long after it ended an execution is deleted
+// (--retention): off unless set, and retention runs only with it.
+var RetentionAge = &Setting{
+	Flag:     "retention",
+	Help:     "delete terminal executions with all their rows once they ended this long ago, e.g. 24h",
+	Default:  Off,
+	CanBeOff: true,
+	Min:      time.Second,
+	ShapeKey: "retention",
+}
+
 // Retention deletes terminal executions whose terminal_at_ms is older than
-// Config.Retention, with every sibling row, as FlowFabric's trim does. It
-// runs only when Config.Retention is set. Its partition job does the
-// deleting itself, a batch per statement, instead of one row job per
-// execution: a trim is set-based by nature, and a River job per execution
-// would cost more than the deletes (docs/design.md, "Retention").
+// RetentionAge, with every sibling row, as FlowFabric's trim does. It runs
+// only with RetentionAge on. Its partition job does the deleting itself, a
+// batch per statement, instead of one row job per execution: a trim is
+// set-based by nature, and a River job per execution would cost more than
+// the deletes (docs/design.md, "Retention").
 var Retention = defineSteps[jobs.RetentionTickArgs, jobs.RetentionTrimArgs](Reconciler{
 	Name:     "retention",
 	Interval: time.Minute,
 	Due:      store.TerminalExecutions,
-	Retained: true,
-	Behind:   func(c Config) time.Duration { return c.Retention },
-	Tables: append(append([]string{"ff_exec_core"}, store.RetentionSiblingTables.UUID...),
+	Settings: []*Setting{RetentionAge},
+	OnlyWith: RetentionAge,
+	Behind:   func(v Values) time.Duration { return v.Get(RetentionAge) },
+	Tables: append(append([]string{"ff_exec_core", store.TerminalExecutions.Index}, store.RetentionSiblingTables.UUID...),
 		store.RetentionSiblingTables.Text...),
 }, func(r *Reconciler, d *deps) river.Worker[jobs.RetentionTrimArgs] { return &trimWorker{r: r, d: d} })
 
@@ -51,7 +63,7 @@ func (w *trimWorker) Timeout(*river.Job[jobs.RetentionTrimArgs]) time.Duration {
 func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrimArgs]) error {
 	d, r, p := w.d, w.r, job.Args.Partition
 	c := d.stats(r)
-	if d.cfg.Retention <= 0 {
+	if !d.cfg.Settings.On(RetentionAge) {
 		// A trim enqueued by a fleet with retention, worked by one without:
 		// this process has no retention to apply.
 		d.log().Warn("retention trim skipped: this process runs without --retention", "partition", p, "job_id", job.ID)
@@ -63,7 +75,7 @@ func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrim
 	full := false
 	for {
 		batchStart := time.Now()
-		cutoff := store.NowMs() - d.cfg.Retention.Milliseconds()
+		cutoff := store.NowMs() - d.cfg.Settings.Get(RetentionAge).Milliseconds()
 		res, err := store.TrimExecutions(ctx, d.cfg.Pool, p, cutoff, d.cfg.BatchSize, d.cfg.Filter)
 		if err != nil {
 			c.Errors.Add(1)

@@ -69,7 +69,7 @@ func retentionTrims(t *testing.T, db *testdb.DB) {
 	otherID := fftest.InsertExec(t, pool, other)
 	fftest.InsertSiblings(t, pool, 40, otherID, fftest.NewUUID())
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Retention), Retention: time.Hour,
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Retention), Settings: workers.Values{workers.RetentionAge: time.Hour},
 		BatchSize: 2, Filter: store.Filter{Namespace: "acme"}})
 	c := f.Workers.Stats().For(workers.Retention.Name)
 	fleettest.WaitFor(t, 30*time.Second, "the expired executions trimmed", func() (bool, string) {
@@ -139,8 +139,8 @@ func TestOutboxRetention(t *testing.T) {
 		}
 	}
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), OutboxRetention: time.Hour, OutboxRetentionInterval: time.Second})
-	c := f.Workers.Stats().For(workers.OutboxRetentionName)
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.OutboxRetention), Settings: workers.Values{workers.OutboxAge: time.Hour}})
+	c := f.Workers.Stats().For(workers.OutboxRetention.Name)
 	fleettest.WaitFor(t, 30*time.Second, "the old events trimmed", func() (bool, string) {
 		return c.Applied.Load() >= 4, fleettest.Statusf("%+v", c.Snapshot())
 	})
@@ -156,7 +156,7 @@ func TestOutboxRetention(t *testing.T) {
 	if got := fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event`); got != 2 {
 		t.Errorf("%d completion events left; want the undispatched and the recent one", got)
 	}
-	if through, err := store.OutboxTrimmedThrough(ctx, pool, store.OutboxLeaseEvents); err != nil || through == 0 {
+	if through, err := store.LeaseEventsTrimmedThrough(ctx, pool); err != nil || through == 0 {
 		t.Errorf("trim mark = %d, %v; want the last deleted event's id", through, err)
 	}
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core`); n != 1 {

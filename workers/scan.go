@@ -57,7 +57,7 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	partition := args.Partition
 	limit := d.cfg.BatchSize
 	nowMs := d.now().UnixMilli()
-	boundMs := r.DueAt(nowMs, d.cfg) + d.lookahead(r).Milliseconds()
+	boundMs := r.DueAt(nowMs, d.cfg.Settings) + d.lookahead(r).Milliseconds()
 	rows, err := d.due(r).Scan(ctx, d.cfg.Pool, partition, boundMs, toDueRow(args.After), limit, d.cfg.Filter)
 	if err != nil {
 		c.Errors.Add(1)

@@ -1,9 +1,12 @@
 // Package workers implements the River workers of the reconciler fleet. Each
 // reconciler (a Reconciler, declared in its own file and listed in the
-// registry) has a tick worker that finds the partitions holding due rows, a
-// scan worker that enqueues one row job per due row of a partition, and a
-// row worker that applies the action to one row. The tick and scan workers
-// are generic; the row worker is the reconciler's own.
+// registry) has a periodic job. For most it is a tick that finds the
+// partitions holding due rows, fanning out a scan per partition that
+// enqueues one row job per due row, whose worker applies the action to one
+// row (define); the tick and scan workers are generic, the row worker is
+// the reconciler's own. Some act on a partition's rows in the partition job
+// itself (retention's trim, defineSteps), one acts in its periodic job
+// alone (outbox retention, defineSingle).
 //
 // Exactly-once effect. A row job can run twice: River's batch completer
 // marks jobs completed shortly after they return, so a process killed in
@@ -71,10 +74,6 @@ const (
 	DefaultRowBatch             = 64
 	DefaultRowStatements        = 2
 	DefaultBudgetPartitionCount = 32
-	DefaultOutboxBatchSize      = 10_000
-	// DefaultDependencyStaleThreshold is what FlowFabric's scanner
-	// supervisor passes its dependency reconciler (DEFAULT_DEP_STALE_MS).
-	DefaultDependencyStaleThreshold = 15 * time.Second
 )
 
 // Config is what the workers share.
@@ -161,25 +160,9 @@ type Config struct {
 	// the queue's poll; internal/fetchwake announces them. Defaults to
 	// none.
 	WakeScans func(time.Time)
-	// Retention: terminal executions older than this are deleted with
-	// their sibling rows (the retention reconciler). Defaults to none:
-	// retention does not run, whatever the enabled reconcilers.
-	Retention time.Duration
-	// OutboxRetention: lease events, and completion events already
-	// dispatched, older than this are deleted (the outbox trim), every
-	// tenant's alike: refused with a Filter (ErrOutboxTrimFiltered).
-	// Defaults to none: outboxes are not trimmed.
-	OutboxRetention time.Duration
-	// OutboxBatchSize is the most events one outbox trim statement
-	// deletes. Defaults to DefaultOutboxBatchSize.
-	OutboxBatchSize int
-	// DependencyStaleThreshold: the dependency reconciler dispatches
-	// completion events committed longer ago than this, leaving younger
-	// ones to FlowFabric's own dispatcher. Negative means none: the fleet
-	// is the primary dispatcher and takes every undispatched event (the
-	// fleet then also wakes on FlowFabric's ff_completion notifications).
-	// Defaults to DefaultDependencyStaleThreshold.
-	DependencyStaleThreshold time.Duration
+	// Settings are the reconcilers' own settings (each reconciler's
+	// Settings); absent ones take their defaults.
+	Settings Values
 }
 
 // Observer receives measurements the counters cannot carry.
@@ -213,8 +196,6 @@ func (c Config) WithDefaults() Config {
 	}
 	c.RowBatch = cmp.Or(c.RowBatch, DefaultRowBatch)
 	c.RowStatements = cmp.Or(c.RowStatements, DefaultRowStatements)
-	c.OutboxBatchSize = cmp.Or(c.OutboxBatchSize, DefaultOutboxBatchSize)
-	c.DependencyStaleThreshold = cmp.Or(c.DependencyStaleThreshold, DefaultDependencyStaleThreshold)
 	return c
 }
 
@@ -233,14 +214,16 @@ func (c Config) validate() error {
 		return fmt.Errorf("workers: Config.RowBatch %d must be at least 1", c.RowBatch)
 	case c.RowStatements < 1:
 		return fmt.Errorf("workers: Config.RowStatements %d must be at least 1", c.RowStatements)
-	case c.Retention < 0:
-		return fmt.Errorf("workers: Config.Retention %s is negative", c.Retention)
-	case c.OutboxRetention < 0:
-		return fmt.Errorf("workers: Config.OutboxRetention %s is negative", c.OutboxRetention)
-	case c.OutboxRetention > 0 && !c.Filter.Empty():
-		return fmt.Errorf("workers: Config.OutboxRetention with Config.Filter (%s): %w", c.Filter, ErrOutboxTrimFiltered)
-	case c.OutboxBatchSize < 1:
-		return fmt.Errorf("workers: Config.OutboxBatchSize %d must be at least 1", c.OutboxBatchSize)
+	}
+	for s, d := range c.Settings {
+		if problem := s.Validate(d); problem != "" {
+			return fmt.Errorf("workers: Config.Settings --%s %s: %s", s.Flag, d, problem)
+		}
+	}
+	for _, r := range registry {
+		if r.RefusesFilter != nil && !c.Filter.Empty() && r.OnlyWith != nil && c.Settings.On(r.OnlyWith) {
+			return fmt.Errorf("workers: --%s with Config.Filter (%s): %w", r.OnlyWith.Flag, c.Filter, r.RefusesFilter)
+		}
 	}
 	for name, d := range c.Lookahead {
 		if _, ok := ByName(name); !ok {
@@ -273,9 +256,6 @@ func New(cfg Config) (*Set, error) {
 			return nil, fmt.Errorf("workers of %s: %w", r.Name, err)
 		}
 	}
-	if err := addWorker(s.workers, s.d, river.Worker[jobs.OutboxTrimArgs](&outboxTrimWorker{d: s.d})); err != nil {
-		return nil, fmt.Errorf("workers of %s: %w", OutboxRetentionName, err)
-	}
 	return s, nil
 }
 
@@ -305,6 +285,9 @@ func (s *Set) Tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconci
 func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 	cfg := s.d.cfg
 	for _, r := range registry {
+		if !r.HasScans() {
+			continue
+		}
 		due := s.d.due(r)
 		if _, err := due.Partitions(ctx, db, store.NoLowerBound, 0, r.Partitions(cfg), cfg.Filter); err != nil {
 			return fmt.Errorf("plan %s tick: %w", r.Name, err)
@@ -363,8 +346,8 @@ func (d *deps) due(r *Reconciler) *store.Due { return r.DueIn(d.cfg.Running) }
 func (d *deps) stats(r *Reconciler) *Counters { return d.cfg.Stats.For(r.Name) }
 
 // wakeScans announces r's scans just committed to the producers of their
-// queue (Config.WakeScans); retention's trims have a queue of their own,
-// in no hurry, left to its insert notification and poll.
+// queue (Config.WakeScans); partition jobs on a queue of their own (the
+// trims) are in no hurry, left to its insert notification and poll.
 func (d *deps) wakeScans(r *Reconciler) {
 	if d.cfg.WakeScans != nil && r.scanQueue == jobs.QueueControl {
 		d.cfg.WakeScans(time.Now())

@@ -148,6 +148,10 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 			t.Logf("%s acts on every tenant's rows (Reconciler.AllTenants, documented): exempt", r.Name)
 			continue
 		}
+		if r.RefusesFilter != nil {
+			t.Logf("%s never runs in a filtered fleet (Reconciler.RefusesFilter): exempt", r.Name)
+			continue
+		}
 		seed, ok := tenantFixtures[r.Name]
 		if !ok {
 			t.Errorf("reconciler %s has no fixture in tenantFixtures: a reconciler honouring the tenant filter must prove here that it leaves other tenants' rows alone", r.Name)
@@ -214,9 +218,9 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 	if want := wantInjected; len(injected) < want {
 		t.Fatalf("%d row jobs injected for other tenants' rows; want at least %d", len(injected), want)
 	}
-	injected = append(injected, db.InsertRawJob(t, jobs.KindOutboxTrim, jobs.QueueRetention, "available", `{}`))
+	injected = append(injected, db.InsertRawJob(t, jobs.KindOutboxTrim, jobs.QueueTrims, "available", `{}`))
 
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: enabled, Retention: time.Hour, Filter: filter})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: enabled, Settings: workers.Values{workers.RetentionAge: time.Hour}, Filter: filter})
 
 	fleettest.WaitFor(t, 60*time.Second, "the fleet's own tenant's rows acted on", func() (bool, string) {
 		var pending []string

@@ -71,7 +71,7 @@ func (d *deps) tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconc
 func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
 	db, f, n, due := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg), d.due(r)
 	at := d.now()
-	w := tickWindow{nowMs: r.DueAt(at.UnixMilli(), d.cfg), at: at}
+	w := tickWindow{nowMs: r.DueAt(at.UnixMilli(), d.cfg.Settings), at: at}
 	if !due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
 			return due.Counts(ctx, db, w.nowMs, parts, f)

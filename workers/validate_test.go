@@ -26,7 +26,7 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 	db := testdb.New(t)
 	// An outbox retention (of a year, so nothing is trimmed) makes the
 	// fleet work the retention queue, where the bad trim jobs go.
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), OutboxRetention: 365 * 24 * time.Hour})
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: map[string]time.Duration{workers.OutboxRetention.Name: time.Hour}, Settings: workers.Values{workers.OutboxAge: 365 * 24 * time.Hour}})
 
 	const id = `"6f1c0b1e-2d3a-4b5c-8d9e-0a1b2c3d4e5f"`
 	kinds := []struct {
@@ -54,7 +54,7 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindWorkerSweep, jobs.QueueRows, `, "namespace": "default", "worker_instance_id": "w-1"`},
 		{jobs.KindDependencyScan, jobs.QueueControl, ``},
 		{jobs.KindDependencyDispatch, jobs.QueueRows, `, "event_id": 7`},
-		{jobs.KindRetentionTrim, jobs.QueueRetention, ``},
+		{jobs.KindRetentionTrim, jobs.QueueTrims, ``},
 	}
 	// Every reconciler's scan and row kinds are here, or a new reconciler
 	// would go untested.

@@ -56,7 +56,7 @@ func demoCommand(ctx context.Context, args []string, stdout, _ io.Writer, logger
 		return err
 	}
 	defer pool.Close()
-	if err := migrations.Check(ctx, pool); err != nil {
+	if err := migrations.Check(ctx, pool, ""); err != nil {
 		return dbconn.Scrub(err, dsn)
 	}
 

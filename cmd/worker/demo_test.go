@@ -126,7 +126,7 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		Filter:      store.Filter{Namespace: demo.Namespace, TagKey: demo.InstanceTagKey, TagValue: demo.InstanceTag},
 		// The primary dispatcher: completion events are due at once, so
 		// the test waits on no stale threshold.
-		DependencyStaleThreshold: -1,
+		Settings: workers.Values{workers.DependencyStaleThreshold: workers.Off},
 	})
 
 	// Whole-table reads lock every one of 256 partitions; on a test server

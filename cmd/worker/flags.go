@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // flagSet wraps flag.FlagSet so that every flag has an environment variable,
@@ -86,6 +89,45 @@ func (f *flagSet) DurationText(p *time.Duration, name, env, defText, help string
 	f.add(name, env, defText, help, false, (*durationValue)(p))
 }
 
+// settings defines a flag for each of a Config's settings (fleet.Flag),
+// with the command line's convention: an unset flag leaves its setting at
+// zero, which the program takes as the default --help shows; 0 turns off a
+// setting that can be off (workers.Off) and is refused for the others, as
+// are negative numbers.
+func (f *flagSet) settings(flags []fleet.Flag) {
+	for _, s := range flags {
+		env := "FF_" + strings.ToUpper(strings.ReplaceAll(s.Flag, "-", "_"))
+		if s.Flag == "database-url" {
+			env = "DATABASE_URL"
+		}
+		var v flag.Value
+		switch p := s.Value.(type) {
+		case *int:
+			v = (*positiveInt)(p)
+		case *time.Duration:
+			v = &cliDuration{set: func(d time.Duration) { *p = d }, canBeOff: s.CanBeOff}
+		case interface{ SetDuration(time.Duration) }:
+			v = &cliDuration{set: p.SetDuration, canBeOff: s.CanBeOff}
+		case *string:
+			v = (*stringValue)(p)
+		case *bool:
+			v = (*boolValue)(p)
+		case flag.Value:
+			v = p
+		default:
+			panic(fmt.Sprintf("flag --%s: no command-line form for %T", s.Flag, s.Value))
+		}
+		f.add(s.Flag, env, s.Default, s.Help, s.Secret, v)
+	}
+}
+
+// positiveDuration defines a duration flag that must be positive when
+// given; unset, *p stays zero (the default, defText in --help).
+func (f *flagSet) positiveDuration(p *time.Duration, name, defText, help string) {
+	env := "FF_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+	f.add(name, env, defText, help, false, &cliDuration{set: func(d time.Duration) { *p = d }})
+}
+
 // isSet reports whether the flag was given, on the command line or in its
 // environment variable.
 func (f *flagSet) isSet(name string) bool { return f.set[name] }
@@ -114,7 +156,7 @@ func (f *flagSet) parse(args []string, stdout io.Writer) error {
 			continue
 		}
 		if err := fl.Value.Set(v); err != nil {
-			return badUsage("environment variable %s: %v", e.env, err)
+			return badUsage("--%s %s (environment variable %s): %v", e.name, v, e.env, err)
 		}
 		f.set[e.name] = true
 	}
@@ -186,6 +228,64 @@ func (b *boolValue) Set(v string) error {
 func (b *boolValue) String() string   { return strconv.FormatBool(bool(*b)) }
 func (b *boolValue) IsBoolFlag() bool { return true }
 
+// positiveInt is a count given on the command line: at least 1 (unset, it
+// is zero, the program's default).
+type positiveInt int
+
+func (i *positiveInt) Set(v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", v)
+	}
+	if n < 1 {
+		return errors.New("must be at least 1 (leave the flag out for its default)")
+	}
+	*i = positiveInt(n)
+	return nil
+}
+func (i *positiveInt) String() string {
+	if i == nil {
+		return "0"
+	}
+	return strconv.Itoa(int(*i))
+}
+
+// cliDuration is a duration given on the command line: positive, or 0 to
+// turn off a setting that can be off (workers.Off).
+type cliDuration struct {
+	set      func(time.Duration)
+	canBeOff bool
+	given    time.Duration
+}
+
+func (d *cliDuration) Set(v string) error {
+	x, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 500ms, 1.5s, 2m)", v)
+	}
+	switch {
+	case x < 0 && d.canBeOff:
+		return errors.New("must not be negative (0 turns it off)")
+	case x < 0:
+		return errors.New("must be positive")
+	case x == 0 && d.canBeOff:
+		d.given = 0
+		d.set(workers.Off)
+		return nil
+	case x == 0:
+		return errors.New("must be positive (leave the flag out for its default)")
+	}
+	d.given = x
+	d.set(x)
+	return nil
+}
+func (d *cliDuration) String() string {
+	if d == nil {
+		return "0s"
+	}
+	return d.given.String()
+}
+
 type durationValue time.Duration
 
 func (d *durationValue) Set(v string) error {
@@ -239,11 +339,18 @@ func databaseURLFlag(f *flagSet, p *string) {
 		"PostgreSQL connection string (URL or key=value); its password is never logged (default "+dbconn.DefaultURL+")")
 }
 
+// badValueRE matches the flag package's error for a value its flag refused.
+var badValueRE = regexp.MustCompile(`^invalid value "(.*)" for flag -(\S+): (.*)$`)
+
 // twoDashes words the flag package's parse errors, which name a flag with
 // one dash ("invalid value … for flag -lease-expiry-interval"), with the two
-// dashes --help and the README use.
+// dashes --help and the README use; a refused value reads as the other
+// settings' errors do: "--flag value: problem".
 func twoDashes(err error) string {
 	msg := err.Error()
+	if m := badValueRE.FindStringSubmatch(msg); m != nil {
+		return "--" + m[2] + " " + m[1] + ": " + m[3]
+	}
 	for _, p := range []string{"not defined: -", "for flag -", "needs an argument: -", "for -"} {
 		msg = strings.Replace(msg, p, p+"-", 1)
 	}

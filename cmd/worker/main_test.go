@@ -41,7 +41,7 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 	}{
 		{"UnknownCommand", []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{"UnknownFlag", []string{"run", "--no-such-flag"}, 2, "flag provided but not defined: --no-such-flag"},
-		{"BadDuration", []string{"run", "--lease-expiry-interval", "soon"}, 2, `invalid value "soon" for flag --lease-expiry-interval: "soon" is not a duration`},
+		{"BadDuration", []string{"run", "--lease-expiry-interval", "soon"}, 2, `--lease-expiry-interval soon: "soon" is not a duration`},
 		{"ZeroInterval", []string{"run", "--lease-expiry-interval", "0s"}, 2, "--lease-expiry-interval 0s: must be positive"},
 		{"NegativeInterval", []string{"run", "--suspension-timeout-interval", "-1s"}, 2, "--suspension-timeout-interval -1s: must be positive"},
 		{"SubSecondInterval", []string{"run", "--lease-expiry-interval", "200ms"}, 2, "--lease-expiry-interval 200ms: interval too short (minimum 1s)"},
@@ -59,12 +59,12 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"BadLogLevel", []string{"run", "--log-level", "loud"}, 2, `log level "loud"`},
 		{"UnreachableDatabase", []string{"migrate", "--database-url", "postgres://u:sekret@127.0.0.1:1/x?connect_timeout=2"}, 1, "cannot reach database postgres://u:xxxxx@127.0.0.1:1/x"},
 		{"MalformedURL", []string{"run", "--database-url", "postgres://u:sekret@[::1"}, 2, "invalid database URL postgres://u:xxxxx@"},
-		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "--reconcilers retention: needs a retention (--retention, e.g. 24h)"},
-		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention -1h0m0s: must not be negative (0 turns it off)"},
-		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "--retention 500ms: too short (minimum 1s; 0 turns it off)"},
+		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "--reconcilers retention: runs only with --retention (delete terminal executions"},
+		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention -1h: must not be negative (0 turns it off)"},
+		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "--retention 500ms: too short (minimum 1s)"},
 		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "--outbox-retention 10ms: too short"},
 		{"SubSecondReindexInterval", []string{"run", "--river-reindex-interval", "10ms"}, 2, "--river-reindex-interval 10ms: too short (minimum 1s)"},
-		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "--river-reindex-interval -1h0m0s: must be positive"},
+		{"NegativeReindexInterval", []string{"run", "--river-reindex-interval", "-1h"}, 2, "--river-reindex-interval -1h: must be positive"},
 		// A tenant's fleet would trim every tenant's outbox events: refused,
 		// naming where to run it instead.
 		{"OutboxRetentionWithNamespace", []string{"run", "--namespace", "acme", "--outbox-retention", "1h"}, 2,
@@ -74,14 +74,14 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"ZeroOutboxInterval", []string{"run", "--outbox-retention-interval", "0s"}, 2, "--outbox-retention-interval 0s: must be positive"},
 		// Zero means what it says: refused where the setting cannot be off
 		// (it once silently became the default).
-		{"ZeroCompletedJobRetention", []string{"run", "--completed-job-retention", "0"}, 2, "--completed-job-retention 0s: must be positive"},
-		{"ZeroRescueStuckJobsAfter", []string{"run", "--rescue-stuck-jobs-after", "0"}, 2, "--rescue-stuck-jobs-after 0s: must be positive"},
-		{"ZeroRowFetchCooldown", []string{"run", "--row-fetch-cooldown", "0"}, 2, "--row-fetch-cooldown 0s: must be positive"},
-		{"ZeroReindexInterval", []string{"run", "--river-reindex-interval", "0"}, 2, "--river-reindex-interval 0s: must be positive"},
+		{"ZeroCompletedJobRetention", []string{"run", "--completed-job-retention", "0"}, 2, "--completed-job-retention 0: must be positive"},
+		{"ZeroRescueStuckJobsAfter", []string{"run", "--rescue-stuck-jobs-after", "0"}, 2, "--rescue-stuck-jobs-after 0: must be positive"},
+		{"ZeroRowFetchCooldown", []string{"run", "--row-fetch-cooldown", "0"}, 2, "--row-fetch-cooldown 0: must be positive"},
+		{"ZeroReindexInterval", []string{"run", "--river-reindex-interval", "0"}, 2, "--river-reindex-interval 0: must be positive"},
 		{"ZeroRowStatements", []string{"run", "--row-statements", "0"}, 2, "--row-statements 0: must be at least 1"},
 		{"NegativeLookahead", []string{"run", "--lookahead", "-1s"}, 2, "--lookahead -1s: must not be negative (0 turns it off)"},
-		{"RowFetchCooldownBelowRiver", []string{"run", "--row-fetch-cooldown", "100us"}, 2, "--row-fetch-cooldown 100µs: below River's minimum"},
-		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention must not be negative"},
+		{"RowFetchCooldownBelowRiver", []string{"run", "--row-fetch-cooldown", "100us"}, 2, "--row-fetch-cooldown 100µs: too short (minimum 1ms)"},
+		{"StatusNegativeRetention", []string{"status", "--retention", "-5m"}, 2, "--retention -5m: must not be negative (0 turns it off)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -386,8 +386,8 @@ func TestFilteredRunNamesReconcilersActingOnEveryTenant(t *testing.T) {
 }
 
 // TestZeroTurnsOffWhatCanBeOff: on the command line 0 turns off the settings
-// that can be off, and reaches fleet.Config as its "off" (negative for the
-// fields whose zero means the default), and an unset flag keeps the default
+// that can be off, and reaches fleet.Config as its "off" (workers.Off, since
+// a zero there means the default), and an unset flag keeps the default
 // --help shows. A regression shows as --lookahead 0 running with the
 // default lookahead (it once did: fleet.Config read the 0 as "unset").
 func TestZeroTurnsOffWhatCanBeOff(t *testing.T) {
@@ -400,8 +400,14 @@ func TestZeroTurnsOffWhatCanBeOff(t *testing.T) {
 	}{
 		{"LookaheadOff", []string{"--lookahead", "0"}, func(c fleet.Config) bool { return c.WithDefaults().Lookahead < 0 }, "negative (off)"},
 		{"LookaheadDefault", nil, func(c fleet.Config) bool { return c.WithDefaults().Lookahead == fleet.DefaultLookahead }, "the default"},
-		{"DependencyStaleThresholdOff", []string{"--dependency-stale-threshold", "0"}, func(c fleet.Config) bool { return c.WithDefaults().DependencyStaleThreshold < 0 }, "negative (none)"},
-		{"RetentionOff", []string{"--retention", "0"}, func(c fleet.Config) bool { return c.WithDefaults().Retention == 0 }, "0 (off)"},
+		{"DependencyStaleThresholdOff", []string{"--dependency-stale-threshold", "0"}, func(c fleet.Config) bool {
+			return c.WithDefaults().Settings.Get(workers.DependencyStaleThreshold) == workers.Off
+		}, "off"},
+		{"DependencyStaleThresholdDefault", nil, func(c fleet.Config) bool {
+			return c.WithDefaults().Settings.Get(workers.DependencyStaleThreshold) == 15*time.Second
+		}, "FlowFabric's 15s"},
+		{"RetentionOff", []string{"--retention", "0"}, func(c fleet.Config) bool { return !c.WithDefaults().Settings.On(workers.RetentionAge) }, "off"},
+		{"RetentionUnset", nil, func(c fleet.Config) bool { return !c.WithDefaults().Settings.On(workers.RetentionAge) }, "off"},
 		{"ReindexIntervalUnset", nil, func(c fleet.Config) bool { return c.WithDefaults().ReindexInterval == 0 }, "0 (River's)"},
 		{"RowStatementsUnset", nil, func(c fleet.Config) bool { return c.WithDefaults().RowStatements == workers.DefaultRowStatements }, "the default"},
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/migrations"
@@ -118,53 +120,47 @@ type statusWorker struct {
 // statusCommand implements `worker status`.
 func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *slog.Logger) error {
 	var (
-		dsn, schema, instanceTag, format string
-		filter                           store.Filter
-		top                              int
-		retention, staleThreshold        time.Duration
-		reconcilers                      []string
+		fc          fleet.Config
+		format      string
+		top         int
+		reconcilers []string
 	)
 	f := newFlagSet("status", statusSummary)
-	databaseURLFlag(f, &dsn)
-	f.String(&schema, "river-schema", "FF_RIVER_SCHEMA", jobs.DefaultRiverSchema, "Postgres schema holding River's tables")
-	f.String(&filter.Namespace, "namespace", "FF_NAMESPACE", "", "only count executions of this namespace (raw_fields.namespace), as `worker run` does")
-	f.String(&instanceTag, "instance-tag", "FF_INSTANCE_TAG", "", "only count executions whose raw_fields.tags KEY is the string VALUE, given as KEY=VALUE")
-	f.DurationText(&retention, "retention", "FF_RETENTION", "0: retention not shown", "count terminal executions older than this as due for retention, as `worker run --retention` does")
-	f.Duration(&staleThreshold, "dependency-stale-threshold", "FF_DEPENDENCY_STALE_THRESHOLD", workers.DefaultDependencyStaleThreshold, "count completion events undispatched for longer than this as due for dependency, as `worker run` does (0: every undispatched event)")
+	// The settings that decide which rows are due, as `worker run` takes
+	// them: the database, the tenant filter and the reconcilers' own.
+	var shared []fleet.Flag
+	for _, s := range fc.Flags() {
+		if s.OfReconciler || slices.Contains([]string{"database-url", "river-schema", "namespace", "instance-tag"}, s.Flag) {
+			if s.OfReconciler {
+				s.Help = "as given to `worker run` (it decides which rows are due): " + s.Help
+			}
+			shared = append(shared, s)
+		}
+	}
+	f.settings(shared)
 	f.Strings(&reconcilers, "reconcilers", "FF_RECONCILERS",
-		"the reconcilers the fleet runs, as given to `worker run` (default all; retention only with --retention): shown, and deciding which of lease_expiry's and attempt_timeout's rows each takes")
+		"the reconcilers the fleet runs, as given to `worker run` (default all, but those a setting turns on only with it): "+
+			"shown, and deciding which of lease_expiry's and attempt_timeout's rows each takes")
 	f.Int(&top, "top", "FF_STATUS_TOP", 3, "partitions to show per reconciler, most due rows first (0 hides them)")
 	f.String(&format, "format", "FF_STATUS_FORMAT", "text", "output format: text or json (one document)")
 	if err := f.parse(args, stdout); err != nil {
 		return err
 	}
-	if err := migrations.ValidateSchemaName(schema); err != nil {
+	if err := fc.Validate(); err != nil {
 		return usageError{err}
 	}
-	if instanceTag != "" {
-		k, v, err := store.ParseInstanceTag(instanceTag)
-		if err != nil {
-			return usageError{err}
-		}
-		filter.TagKey, filter.TagValue = k, v
-	}
-	if retention < 0 {
-		return badUsage("--retention must not be negative, got %s", retention)
-	}
+	fc = fc.WithDefaults()
 	running := workers.Running{}
 	for _, name := range reconcilers {
 		if _, ok := workers.ByName(name); !ok {
-			return badUsage("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+			return badUsage("--reconcilers: unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
 		}
 		running[name] = true
 	}
 	if len(running) == 0 {
-		for _, r := range workers.DefaultOn(retention) {
+		for _, r := range workers.DefaultOn(fc.Settings) {
 			running[r.Name] = true
 		}
-	}
-	if staleThreshold < 0 {
-		return badUsage("--dependency-stale-threshold must not be negative, got %s", staleThreshold)
 	}
 	if top < 0 || top > jobs.PartitionCount {
 		return badUsage("--top must be in 0..%d, got %d", jobs.PartitionCount, top)
@@ -172,13 +168,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	if format != "text" && format != "json" {
 		return badUsage("--format must be text or json, got %q", format)
 	}
-	if dsn == "" {
-		dsn = dbconn.DefaultURL
-	}
-	if err := dbconn.Validate(dsn); err != nil {
-		return usageError{err}
-	}
-
+	dsn, schema, filter := fc.DatabaseURL, fc.RiverSchema, fc.Filter
 	pool, err := dbconn.Open(ctx, dsn, dbconn.Options{MaxConns: 2, AppName: "ffreconcile-status"})
 	if err != nil {
 		return err
@@ -193,7 +183,7 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 	// would, before reporting it.
 	var rep *statusReport
 	for attempt := 1; ; attempt++ {
-		rep, err = readStatus(ctx, pool, schema, filter, running, top, retention, staleThreshold)
+		rep, err = readStatus(ctx, pool, schema, filter, running, top, fc.Settings)
 		var pgErr *pgconn.PgError
 		if err == nil || attempt == statusAttempts || !errors.As(err, &pgErr) || pgErr.Code != "53200" { // out_of_memory, which "out of shared memory" is
 			break
@@ -225,11 +215,11 @@ func statusCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *s
 // running (each counted as that fleet takes its rows: Reconciler.DueIn). The
 // schema checks come first so that a database that was never migrated fails
 // with what to run, not with the first query's "relation does not exist".
-func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, running workers.Running, top int, retention, staleThreshold time.Duration) (*statusReport, error) {
+func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter store.Filter, running workers.Running, top int, settings workers.Values) (*statusReport, error) {
 	if err := store.CheckRiverSchema(ctx, db, schema); err != nil {
 		return nil, err
 	}
-	if err := migrations.Check(ctx, db); err != nil {
+	if err := migrations.Check(ctx, db, schema); err != nil {
 		return nil, err
 	}
 
@@ -243,10 +233,10 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 
 	now := store.NowMs()
 	for _, r := range workers.All() {
-		if (r.Retained && retention <= 0) || !running[r.Name] {
+		if !r.HasScans() || !r.On(settings) || !running[r.Name] {
 			continue
 		}
-		now := r.DueAt(now, workers.Config{Retention: retention, DependencyStaleThreshold: staleThreshold})
+		now := r.DueAt(now, settings)
 		due := r.DueIn(running)
 		dc, err := due.Count(ctx, db, now, filter, statusDueCap)
 		if err != nil {

@@ -111,7 +111,7 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 				t.Errorf("%s: %+v; want %d due", name, got, want)
 			}
 		}
-		if len(rep.Queues) != 4 || rep.Queues[3].Queue != jobs.QueueRetention {
+		if len(rep.Queues) != 4 || rep.Queues[3].Queue != jobs.QueueTrims {
 			t.Fatalf("queues %+v; want ff_ticks, ff_control, ff_rows and ff_retention", rep.Queues)
 		}
 		for _, q := range rep.Queues {

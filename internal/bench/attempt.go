@@ -27,7 +27,7 @@ var (
 func without(off ...*workers.Reconciler) func(*fleet.Config) {
 	return func(c *fleet.Config) {
 		c.Reconcilers = map[string]time.Duration{}
-		for _, r := range workers.DefaultOn(0) {
+		for _, r := range workers.DefaultOn(nil) {
 			if !slices.Contains(off, r) {
 				c.Reconcilers[r.Name] = r.Interval
 			}

@@ -347,13 +347,7 @@ func setup(ctx context.Context, cfg Config) (*env, func(), error) {
 		err = migrations.ApplyWorkerTable(ctx, tpool, "river")
 	}
 	if err == nil {
-		_, err = migrations.ApplyPromoteFunction(ctx, tpool, "river")
-	}
-	if err == nil {
-		err = migrations.ApplyOutboxTrimTable(ctx, tpool)
-	}
-	if err == nil {
-		err = migrations.ApplyRetentionIndex(ctx, tpool)
+		_, err = migrations.ApplyObjects(ctx, tpool, "river")
 	}
 	tpool.Close()
 	if err != nil {

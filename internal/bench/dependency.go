@@ -435,7 +435,7 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 	}
 	res.PrimaryRate = e.cfg.LatenessRate
 	fc := e.fleetConfig()
-	fc.DependencyStaleThreshold = -1
+	fc.Settings = workers.Values{workers.DependencyStaleThreshold: workers.Off}
 	f, err := fleet.New(ctx, fc)
 	if err != nil {
 		return err

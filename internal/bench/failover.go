@@ -106,7 +106,7 @@ func (e *env) failover(ctx context.Context) ([]FailoverResult, error) {
 func (e *env) runArgs(clientID string, takeover bool) []string {
 	fc := e.cfg.Fleet
 	var names []string
-	for _, r := range workers.DefaultOn(0) {
+	for _, r := range workers.DefaultOn(nil) {
 		if r != workers.AttemptTimeout {
 			names = append(names, r.Name)
 		}

@@ -228,7 +228,7 @@ func (e *env) retention(ctx context.Context) (RetentionResult, error) {
 	}
 	cfg := e.fleetConfig()
 	cfg.Reconcilers = map[string]time.Duration{workers.Retention.Name: time.Second}
-	cfg.Retention = retentionAge
+	cfg.Settings = workers.Values{workers.RetentionAge: retentionAge}
 	f, err := fleet.New(ctx, cfg)
 	if err != nil {
 		return res, err
@@ -264,7 +264,7 @@ func (e *env) retention(ctx context.Context) (RetentionResult, error) {
 		// timeout, for which each of its expired leases is due too: two
 		// row jobs racing per row, twice the stream), plus retention.
 		leaseLateness.configure(c)
-		c.Retention = retentionAge
+		c.Settings = workers.Values{workers.RetentionAge: retentionAge}
 		c.Reconcilers[workers.Retention.Name] = workers.Retention.Interval
 	}
 	during.afterStream = func(ctx context.Context, e *env) error {

@@ -41,7 +41,9 @@ func (e *env) scale(ctx context.Context) (ScaleResult, error) {
 	// queries timed in turns, so a slow spell of the machine slows both
 	// alike. Timed one after the other, each right after its load, the ratio
 	// came out anywhere from 0.97 to 1.75 for one build. Turns do not remove
-	// all of that spread (docs/performance.md, "The scale section's spread").
+	// all of that spread (docs/performance.md, "Promotions under `off`:
+	// where a row's time goes under load", its bullet "The scale
+	// section's spread").
 	load := func(rows int) error {
 		e.progress("scale: load %d not-due rows", rows)
 		if err := e.reset(ctx); err != nil {

@@ -848,11 +848,11 @@ func TestBadConfiguration(t *testing.T) {
 			1, "missing tables: ff_attempt"},
 		// Settings from the environment take the same path as flags.
 		{"ZeroIntervalFromEnv", []string{"FF_DELAYED_PROMOTION_INTERVAL=0s", "DATABASE_URL=" + withPassword(noFF.URL, "")}, nil,
-			2, "--delayed-promotion-interval 0s: must be positive"},
+			2, "--delayed-promotion-interval 0s (environment variable FF_DELAYED_PROMOTION_INTERVAL): must be positive"},
 		{"NegativeInterval", nil, []string{"--database-url", withPassword(noFF.URL, ""), "--cancel-reconcile-interval", "-2s"},
 			2, "--cancel-reconcile-interval -2s: must be positive"},
 		{"PartitionCountZero", []string{"FF_PARTITION_COUNT=0"}, []string{"--database-url", withPassword(noFF.URL, "")},
-			2, "--partition-count 0: must be at least 1"},
+			2, "--partition-count 0 (environment variable FF_PARTITION_COUNT): must be at least 1"},
 		{"InstanceTagWithoutEqualsFromEnv", []string{"FF_INSTANCE_TAG=cairn.instance_id", "DATABASE_URL=" + withPassword(noFF.URL, "")}, nil,
 			2, "want KEY=VALUE"},
 	}

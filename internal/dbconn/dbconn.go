@@ -38,8 +38,10 @@ const cancelGrace = 10 * time.Second
 const DefaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // missingDatabaseHint is added to a connection error whose database does not
-// exist, with the commands that create it.
-const missingDatabaseHint = "; create it with `worker migrate --create-database` (`make run` does)"
+// exist, with the one command that makes it usable: a database created
+// without its tables would only fail next on those.
+const missingDatabaseHint = "; create it with its tables: `worker migrate --create-database --ff-schema` (what `make run` does; " +
+	"against a database FlowFabric migrates, create it, run FlowFabric's migrations, then `worker migrate`)"
 
 // noServerHint is added to a connection error that never reached a
 // PostgreSQL server (refused, unresolvable, timed out): where one comes from.

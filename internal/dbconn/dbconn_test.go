@@ -26,7 +26,7 @@ func TestOpenMissingDatabaseSaysHowToCreateIt(t *testing.T) {
 		pool.Close()
 		t.Fatal("Open of a missing database succeeded")
 	}
-	for _, want := range []string{"cannot reach database", "ffr_no_such_database", "worker migrate --create-database"} {
+	for _, want := range []string{"cannot reach database", "ffr_no_such_database", "worker migrate --create-database --ff-schema"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Open: %v; want it to contain %q", err, want)
 		}

@@ -5,7 +5,6 @@
 package fleet
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -26,7 +25,6 @@ import (
 	"github.com/riverqueue/river/riverlog"
 	"github.com/riverqueue/river/rivertype"
 
-	"github.com/flowfabric/ffreconcile/internal/completionwake"
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fetchwake"
 	"github.com/flowfabric/ffreconcile/internal/heartbeat"
@@ -51,33 +49,18 @@ type Config struct {
 	RiverSchema string
 
 	// Reconcilers maps each enabled reconciler, by name, to its tick
-	// interval. Defaults to every reconciler at its own default interval.
+	// interval (zero: its own default interval). Defaults to every
+	// reconciler a fleet with these Settings runs (workers.DefaultOn): all
+	// but those turned on by a setting left off.
 	Reconcilers map[string]time.Duration
-
-	// Retention turns the retention reconciler on: terminal executions
-	// older than this are deleted with their sibling rows. It runs only
-	// when set, and is then enabled with the others unless Reconcilers
-	// says otherwise. Defaults to none (off).
-	Retention time.Duration
-	// OutboxRetention turns the outbox trim on: lease events, and completion
-	// events already dispatched, older than this are deleted, every
-	// tenant's alike. Refused with a Filter (see
-	// workers.ErrOutboxTrimFiltered). Defaults to none (off).
-	OutboxRetention time.Duration
-	// CompletionsListening, when set, is called each time the completion
-	// listener (primary mode) starts listening: a test signal, since
-	// notifications before it reach nobody.
-	CompletionsListening func()
-	// DependencyStaleThreshold: the dependency reconciler dispatches
-	// completion events committed longer ago than this, leaving younger
-	// ones to FlowFabric's engine. Negative means none: the fleet is the
-	// primary dispatcher, woken by FlowFabric's ff_completion notification
-	// for each event committed. Defaults to
-	// workers.DefaultDependencyStaleThreshold (FlowFabric's supervisor's).
-	DependencyStaleThreshold time.Duration
-	// OutboxRetentionInterval is how often the outbox trim runs. Defaults
-	// to workers.OutboxRetentionInterval.
-	OutboxRetentionInterval time.Duration
+	// Settings are the reconcilers' own settings (each reconciler's
+	// Settings, e.g. workers.RetentionAge): absent or zero takes the
+	// default, workers.Off turns off one that can be.
+	Settings workers.Values
+	// Listening, when set, is called each time a reconciler's listener
+	// (dependency's, as the primary dispatcher) starts listening: a test
+	// signal, since notifications before it reach nobody.
+	Listening func()
 
 	// Filter limits the fleet to one tenant. Defaults to none.
 	Filter store.Filter
@@ -241,10 +224,9 @@ type Fleet struct {
 	// ScanWaker announces the scans a tick or a scan inserts into
 	// jobs.QueueControl (workers.Config.WakeScans); nil with PollOnly.
 	ScanWaker *fetchwake.Waker
-	// Completions enqueues the dispatch of each completion event FlowFabric
-	// notifies, when the fleet is the primary dispatcher (a dependency
-	// stale threshold of none); nil otherwise.
-	Completions *completionwake.Listener
+	// listeners are what the reconcilers run beside their jobs
+	// (Reconciler.Listen).
+	listeners []workers.Runner
 
 	// handoff starts the ticks at once when this process ends a River
 	// leadership: a dead leader's (takeover) or its own (Stop); nil with
@@ -252,47 +234,35 @@ type Fleet struct {
 	handoff *handoff
 
 	stopWaker func() // stops the wakers' goroutines and waits for them
-	// stopCompletions stops the completion listener and waits for it.
-	stopCompletions func()
+	// stopListeners stops the listeners and waits for them.
+	stopListeners func()
 	// stopBeat stops the heartbeat's goroutine, which deletes the
 	// process's row, and waits for it.
 	stopBeat func()
 }
 
-// MinRetention is the shortest retention (and outbox retention) accepted.
-const MinRetention = time.Second
-
-// WithDefaults returns a copy of c with every unset field at its default.
+// WithDefaults returns a copy of c with every unset field at its default
+// (Settings), every enabled reconciler at its interval.
 func (c Config) WithDefaults() Config {
-	c.DatabaseURL = cmp.Or(c.DatabaseURL, dbconn.DefaultURL)
-	c.RiverSchema = cmp.Or(c.RiverSchema, jobs.DefaultRiverSchema)
 	if c.Reconcilers == nil {
 		c.Reconcilers = map[string]time.Duration{}
-		for _, r := range workers.DefaultOn(c.Retention) {
-			c.Reconcilers[r.Name] = r.Interval
+		for _, r := range workers.DefaultOn(c.Settings) {
+			c.Reconcilers[r.Name] = 0
+		}
+	} else {
+		c.Reconcilers = maps.Clone(c.Reconcilers)
+	}
+	for name, interval := range c.Reconcilers {
+		if r, ok := workers.ByName(name); ok && interval == 0 {
+			c.Reconcilers[name] = r.Interval
 		}
 	}
-	c.OutboxRetentionInterval = cmp.Or(c.OutboxRetentionInterval, workers.OutboxRetentionInterval)
-	c.BatchSize = cmp.Or(c.BatchSize, workers.DefaultBatchSize)
-	c.PartitionCount = cmp.Or(c.PartitionCount, jobs.PartitionCount)
-	c.BudgetPartitionCount = cmp.Or(c.BudgetPartitionCount, workers.DefaultBudgetPartitionCount)
-	c.RowWorkers = cmp.Or(c.RowWorkers, DefaultRowWorkers)
-	c.SynchronousCommit = cmp.Or(c.SynchronousCommit, "on")
-	c.RowBatch = cmp.Or(c.RowBatch, workers.DefaultRowBatch)
-	if c.RowStatements == 0 {
-		c.RowStatements = workers.DefaultRowStatements
-		if c.SynchronousCommit == "off" {
-			c.RowStatements = 1
+	c.Settings = maps.Clone(c.Settings)
+	for _, s := range c.Flags() {
+		if s.setDefault != nil {
+			s.setDefault()
 		}
 	}
-	c.RiverSynchronousCommit = cmp.Or(c.RiverSynchronousCommit, "off")
-	c.WorkConns = cmp.Or(c.WorkConns, DefaultWorkConns)
-	c.RowFetchCooldown = cmp.Or(c.RowFetchCooldown, DefaultRowFetchCooldown)
-	c.FetchPollInterval = cmp.Or(c.FetchPollInterval, DefaultFetchPollInterval)
-	c.CompletedJobRetention = cmp.Or(c.CompletedJobRetention, DefaultCompletedJobRetention)
-	c.RescueStuckJobsAfter = cmp.Or(c.RescueStuckJobsAfter, DefaultRescueStuckJobsAfter)
-	c.Lookahead = cmp.Or(c.Lookahead, DefaultLookahead)
-	c.DependencyStaleThreshold = cmp.Or(c.DependencyStaleThreshold, workers.DefaultDependencyStaleThreshold)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -300,145 +270,91 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports the first unusable setting of c with its defaults, in
-// words a user can act on; New does the same. cmd/worker calls it to refuse
-// bad flags before it connects.
+// words a user can act on, naming its flag (ConfigError); New does the
+// same. cmd/worker calls it to refuse bad flags before it connects.
 func (c Config) Validate() error { return c.WithDefaults().validate() }
 
-// ConfigError is an unusable setting of a Config. Field names the Config
-// field as a Go caller writes it ("BatchSize", "Reconcilers[lease_expiry]"),
-// Value is its value and Problem says what is wrong and what is accepted.
-// cmd/worker reports it under the field's flag instead.
-type ConfigError struct {
-	Field, Value, Problem string
-}
-
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("fleet.Config.%s %s: %s", e.Field, e.Value, e.Problem)
-}
-
-// bad returns a ConfigError for field holding v.
-func bad(field string, v any, format string, args ...any) error {
-	return &ConfigError{Field: field, Value: fmt.Sprint(v), Problem: fmt.Sprintf(format, args...)}
-}
-
-// validate checks a config whose defaults are applied. Its errors name Go
-// fields (ConfigError), since a Go caller wrote them.
+// validate checks a config whose defaults are applied: each setting, then
+// the reconcilers run.
 func (c Config) validate() error {
-	if err := migrations.ValidateSchemaName(c.RiverSchema); err != nil {
-		return bad("RiverSchema", fmt.Sprintf("%q", c.RiverSchema), "%v", err)
-	}
-	for _, r := range []struct {
-		field     string
-		v, lo, hi int
-	}{
-		{"BatchSize", c.BatchSize, 1, 10000},
-		{"PartitionCount", c.PartitionCount, 1, jobs.PartitionCount},
-		{"BudgetPartitionCount", c.BudgetPartitionCount, 1, jobs.PartitionCount},
-		{"RowBatch", c.RowBatch, 1, 1000},
-		{"RowStatements", c.RowStatements, 1, 1000},
-		{"RowWorkers", c.RowWorkers, 1, 10000},
-		{"WorkConns", c.WorkConns, 2, 1000},
-	} {
-		if r.v < r.lo || r.v > r.hi {
-			return bad(r.field, r.v, "out of range %d..%d", r.lo, r.hi)
+	for _, s := range c.Flags() {
+		if d, ok := s.Value.(*time.Duration); ok && *d < 0 && (*d != workers.Off || !s.CanBeOff) {
+			problem := "negative"
+			if s.CanBeOff {
+				problem = "negative (workers.Off, -1, turns it off)"
+			}
+			return &ConfigError{Flag: s.Flag, Field: s.Field, Value: d.String(), Problem: problem}
 		}
-	}
-	for _, v := range []struct{ field, v string }{{"SynchronousCommit", c.SynchronousCommit}, {"RiverSynchronousCommit", c.RiverSynchronousCommit}} {
-		switch v.v {
-		case "on", "off", "local", "remote_write", "remote_apply":
-		default:
-			return bad(v.field, fmt.Sprintf("%q", v.v), "want on, off, local, remote_write or remote_apply")
+		if s.problem == nil {
+			continue
 		}
-	}
-	if c.RowFetchCooldown < river.FetchCooldownMin {
-		return bad("RowFetchCooldown", c.RowFetchCooldown, "below River's minimum %s", river.FetchCooldownMin)
-	}
-	if c.FetchPollInterval < river.FetchPollIntervalMin || c.FetchPollInterval < c.RowFetchCooldown {
-		return bad("FetchPollInterval", c.FetchPollInterval, "must be at least %s and at least the row fetch cooldown (%s)",
-			river.FetchPollIntervalMin, c.RowFetchCooldown)
-	}
-	if c.Lookahead > jobs.RiverSchedulerInterval {
-		return bad("Lookahead", c.Lookahead, "too long (at most %s; negative turns it off)", jobs.RiverSchedulerInterval)
-	}
-	if c.ReindexInterval < 0 || (c.ReindexInterval > 0 && c.ReindexInterval < time.Second) {
-		return bad("ReindexInterval", c.ReindexInterval, "too short (minimum 1s; 0 keeps River's daily reindex)")
-	}
-	if c.MetricsReadTimeout < 0 {
-		return bad("MetricsReadTimeout", c.MetricsReadTimeout, "negative (0 keeps the default, %s)", metrics.DefaultReadTimeout)
-	}
-	if c.CompletedJobRetention < time.Second {
-		return bad("CompletedJobRetention", c.CompletedJobRetention, "too short (minimum 1s)")
-	}
-	if c.RescueStuckJobsAfter <= workers.ScanTimeout {
-		return bad("RescueStuckJobsAfter", c.RescueStuckJobsAfter, "must exceed the longest job timeout (%s)", workers.ScanTimeout)
-	}
-	if c.Filter.TagKey == "" && c.Filter.TagValue != "" {
-		return bad("Filter.TagValue", fmt.Sprintf("%q", c.Filter.TagValue), "given without a Filter.TagKey")
-	}
-	for _, r := range []struct {
-		field string
-		d     time.Duration
-	}{{"Retention", c.Retention}, {"OutboxRetention", c.OutboxRetention}} {
-		if r.d != 0 && r.d < MinRetention {
-			return bad(r.field, r.d, "too short (minimum %s; 0 turns it off)", MinRetention)
+		if p := s.problem(); p != "" {
+			return &ConfigError{Flag: s.Flag, Field: s.Field, Value: s.shown(), Problem: p}
 		}
-	}
-	if c.OutboxRetention > 0 && !c.Filter.Empty() {
-		return bad("OutboxRetention", c.OutboxRetention, "cannot run in a fleet with a tenant filter (%s): %s", c.Filter, workers.ErrOutboxTrimFiltered)
-	}
-	if c.OutboxRetentionInterval < periodic.MinInterval {
-		return bad("OutboxRetentionInterval", c.OutboxRetentionInterval, "too short (minimum %s)", periodic.MinInterval)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Reconcilers)) {
-		interval := c.Reconcilers[name]
 		r, ok := workers.ByName(name)
-		field := "Reconcilers[" + name + "]"
 		if !ok {
-			return bad(field, interval, "unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))
+			return &ConfigError{Flag: "reconcilers", Field: "Reconcilers", Value: name,
+				Problem: fmt.Sprintf("unknown reconciler %q (known: %s)", name, strings.Join(workers.Names(), ", "))}
 		}
-		if r.Retained && c.Retention <= 0 {
-			return bad(field, interval, "reconciler %s needs a Retention: how long an execution stays after it ends", name)
+		if interval := c.Reconcilers[name]; interval < periodic.MinInterval {
+			return &ConfigError{Flag: r.IntervalFlag(), Field: "Reconcilers[" + name + "]", Value: interval.String(),
+				Problem: fmt.Sprintf("interval too short (minimum %s)", periodic.MinInterval)}
 		}
-		if interval < periodic.MinInterval {
-			return bad(field, interval, "interval too short (minimum %s)", periodic.MinInterval)
+		if !r.On(c.Settings) {
+			return &ConfigError{Flag: "reconcilers", Field: "Reconcilers", Value: name,
+				Problem: fmt.Sprintf("runs only with --%s (%s)", r.OnlyWith.Flag, r.OnlyWith.Help)}
+		}
+		if r.RefusesFilter != nil && !c.Filter.Empty() {
+			flag, field, value := "reconcilers", "Reconcilers", name
+			if r.OnlyWith != nil {
+				flag, field, value = r.OnlyWith.Flag, "Settings["+r.OnlyWith.Flag+"]", c.Settings.Get(r.OnlyWith).String()
+			}
+			return &ConfigError{Flag: flag, Field: field, Value: value,
+				Problem: fmt.Sprintf("cannot run in a fleet with a tenant filter (%s): %s", c.Filter, r.RefusesFilter)}
 		}
 	}
 	return nil
 }
 
-// tables returns the FlowFabric tables the enabled reconcilers touch.
-func (c Config) tables() []string {
-	var out []string
+// running returns the enabled reconcilers, in the registry's order.
+func (c Config) running() []*workers.Reconciler {
+	var out []*workers.Reconciler
 	for _, r := range workers.All() {
 		if _, ok := c.Reconcilers[r.Name]; ok {
-			for _, t := range r.Tables {
-				if !slices.Contains(out, t) {
-					out = append(out, t)
-				}
-			}
-		}
-	}
-	if c.OutboxRetention > 0 {
-		for _, t := range []string{"ff_lease_event", "ff_completion_event", migrations.OutboxTrimTableName} {
-			if !slices.Contains(out, t) {
-				out = append(out, t)
-			}
+			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// ticks returns the periodic ticks of the enabled reconcilers, in the
+// tables returns the FlowFabric tables the enabled reconcilers touch and
+// the objects of ours they need.
+func (c Config) tables() []string {
+	var out []string
+	add := func(names []string) {
+		for _, t := range names {
+			if !slices.Contains(out, t) {
+				out = append(out, t)
+			}
+		}
+	}
+	for _, r := range c.running() {
+		add(r.Tables)
+	}
+	for _, r := range workers.All() {
+		add(r.AlwaysNeeds)
+	}
+	return out
+}
+
+// ticks returns the periodic jobs of the enabled reconcilers, in the
 // registry's order.
 func (c Config) ticks() []periodic.Tick {
 	var out []periodic.Tick
-	for _, r := range workers.All() {
-		if interval, ok := c.Reconcilers[r.Name]; ok {
-			out = append(out, periodic.Tick{Args: r.TickArgs(), Interval: interval})
-		}
-	}
-	if c.OutboxRetention > 0 {
-		out = append(out, periodic.Tick{Args: jobs.OutboxTrimArgs{}, Interval: c.OutboxRetentionInterval, InsertOpts: jobs.OutboxTrimInsertOpts()})
+	for _, r := range c.running() {
+		out = append(out, periodic.Tick{Args: r.TickArgs(), Interval: c.Reconcilers[r.Name], InsertOpts: r.TickInsertOpts()})
 	}
 	return out
 }
@@ -540,27 +456,17 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 
 func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) error {
 	cfg := f.Config
-	if err := migrations.Check(ctx, f.WorkPool, cfg.tables()...); err != nil {
-		return err
-	}
-	if _, ok := cfg.Reconcilers[workers.Retention.Name]; ok {
-		if err := migrations.CheckRetentionIndex(ctx, f.WorkPool); err != nil {
-			return err
-		}
-	}
 	if err := store.CheckRiverSchema(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
 		return err
 	}
-	// Other services enqueue promotions through it; one older than this
-	// build's would insert jobs unlike the Go clients' (no dedupe).
-	if err := migrations.CheckPromoteFunction(ctx, f.RiverPool, cfg.RiverSchema); err != nil {
+	if err := migrations.Check(ctx, f.WorkPool, cfg.RiverSchema, cfg.tables()...); err != nil {
 		return err
 	}
 	checkServer(ctx, f.WorkPool, cfg.Logger)
 	stats := workers.NewStats()
 	f.Metrics = metrics.New(metrics.Config{
 		Stats: stats, Pool: f.WorkPool, RiverSchema: cfg.RiverSchema, Filter: cfg.Filter, Logger: cfg.Logger,
-		Retention: cfg.Retention, DependencyStaleThreshold: cfg.DependencyStaleThreshold, PartitionCount: cfg.PartitionCount, BudgetPartitionCount: cfg.BudgetPartitionCount,
+		Settings: cfg.Settings, PartitionCount: cfg.PartitionCount, BudgetPartitionCount: cfg.BudgetPartitionCount,
 		Intervals: cfg.Reconcilers, ReadTimeout: cfg.MetricsReadTimeout,
 		// Read at scrape time: the client is built below.
 		ClientID: func() string {
@@ -601,25 +507,23 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		f.ScanWaker, wakeScans = sw, sw.At
 	}
 	set, err := workers.New(workers.Config{
-		Pool:                     f.WorkPool,
-		TickPool:                 f.TickPool,
-		Filter:                   cfg.Filter,
-		Running:                  workers.RunningOf(cfg.Reconcilers),
-		BatchSize:                cfg.BatchSize,
-		PartitionCount:           cfg.PartitionCount,
-		BudgetPartitionCount:     cfg.BudgetPartitionCount,
-		RiverSchema:              cfg.RiverSchema,
-		Logger:                   cfg.Logger,
-		Stats:                    stats,
-		Observer:                 observers{f.Metrics, cfg.Observer},
-		RowBatch:                 cfg.RowBatch,
-		RowStatements:            cfg.RowStatements,
-		Lookahead:                lookaheads(cfg.Reconcilers, cfg.Lookahead),
-		Wake:                     wake,
-		WakeScans:                wakeScans,
-		Retention:                cfg.Retention,
-		OutboxRetention:          cfg.OutboxRetention,
-		DependencyStaleThreshold: cfg.DependencyStaleThreshold,
+		Pool:                 f.WorkPool,
+		TickPool:             f.TickPool,
+		Filter:               cfg.Filter,
+		Running:              workers.RunningOf(cfg.Reconcilers),
+		BatchSize:            cfg.BatchSize,
+		PartitionCount:       cfg.PartitionCount,
+		BudgetPartitionCount: cfg.BudgetPartitionCount,
+		RiverSchema:          cfg.RiverSchema,
+		Logger:               cfg.Logger,
+		Stats:                stats,
+		Observer:             observers{f.Metrics, cfg.Observer},
+		RowBatch:             cfg.RowBatch,
+		RowStatements:        cfg.RowStatements,
+		Lookahead:            lookaheads(cfg.Reconcilers, cfg.Lookahead),
+		Wake:                 wake,
+		WakeScans:            wakeScans,
+		Settings:             cfg.Settings,
 	})
 	if err != nil {
 		return err
@@ -661,13 +565,17 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		jobs.QueueControl: {MaxWorkers: controlWorkers, FetchCooldown: controlFetchCooldown, FetchPollInterval: notifiedPollInterval(cfg)},
 		jobs.QueueRows:    {MaxWorkers: cfg.RowWorkers, FetchCooldown: cfg.RowFetchCooldown},
 	}
-	if _, ok := cfg.Reconcilers[workers.Retention.Name]; ok || cfg.OutboxRetention > 0 {
-		// Trims, one at a time: long deletes that must never hold a
-		// worker or a connection the other reconcilers need. Only with a
-		// retention: an idle queue still polls, and every poll counts in
-		// the idle cost. Trims are not in a hurry: polled every 5 s (an
-		// insert's notification still wakes it at once).
-		queues[jobs.QueueRetention] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: max(5*time.Second, cfg.FetchPollInterval)}
+	for _, r := range cfg.running() {
+		if _, ok := queues[r.Queue()]; !ok {
+			// A queue of a reconciler's own (the trims), one job at a
+			// time: long deletes that must never hold a worker or a
+			// connection the other reconcilers need. Only when a
+			// reconciler that uses it runs: an idle queue still polls, and
+			// every poll counts in the idle cost. Such jobs are not in a
+			// hurry: polled every 5 s (an insert's notification still
+			// wakes it at once).
+			queues[r.Queue()] = river.QueueConfig{MaxWorkers: 1, FetchPollInterval: max(notifiedPoll, cfg.FetchPollInterval)}
+		}
 	}
 	var reindex river.PeriodicSchedule // nil: River's daily schedule
 	if cfg.ReindexInterval > 0 {
@@ -694,30 +602,47 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		return fmt.Errorf("river client: %w", err)
 	}
 	f.Client = client
-	if _, on := cfg.Reconcilers[workers.Dependency.Name]; on && cfg.DependencyStaleThreshold < 0 && !cfg.PollOnly {
-		l, err := completionwake.New(completionwake.Config{
-			Pool: f.WorkPool, Filter: cfg.Filter, Logger: cfg.Logger, Listening: cfg.CompletionsListening,
-			Enqueue: func(ctx context.Context, events []store.EventKey) error {
-				params := make([]river.InsertManyParams, len(events))
-				for i, e := range events {
-					params[i] = river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: e.Partition, EventID: e.EventID}}
-				}
-				if _, err := client.InsertMany(ctx, params); err != nil {
-					return err
-				}
-				// River notifies an insert at most once per fetch
-				// cooldown per queue; a stream of notified events would
-				// otherwise wait for the next poll every other batch.
-				if wake != nil {
-					wake(time.Now())
-				}
-				return nil
-			},
-		})
-		if err != nil {
-			return err
+	{
+		// The reconcilers' listeners.
+		insert := func(ctx context.Context, params []river.InsertManyParams) error {
+			if _, err := client.InsertMany(ctx, params); err != nil {
+				return err
+			}
+			// River notifies an insert at most once per fetch cooldown
+			// per queue; a stream of notified rows would otherwise wait
+			// for the next poll every other batch.
+			if wake != nil {
+				wake(time.Now())
+			}
+			return nil
 		}
-		f.Completions = l
+		for _, r := range cfg.running() {
+			if r.Listen == nil {
+				continue
+			}
+			l, err := r.Listen(workers.ListenEnv{Pool: f.WorkPool, Filter: cfg.Filter, Settings: cfg.Settings, Insert: insert,
+				Logger: cfg.Logger.With("reconciler", r.Name), Listening: cfg.Listening})
+			if err != nil {
+				return fmt.Errorf("%s: %w", r.Name, err)
+			}
+			if l == nil {
+				continue
+			}
+			if cfg.PollOnly {
+				// Notifications need LISTEN, which polling rules out: the
+				// rows would wait for the ticks, against what the settings
+				// asked for.
+				var flags []string
+				for _, s := range r.Settings {
+					flags = append(flags, "--"+s.Flag)
+				}
+				return &ConfigError{Flag: "poll-only", Field: "PollOnly", Value: "true",
+					Problem: fmt.Sprintf("reconciler %s listens for Postgres notifications with these settings (%s), which polling rules out "+
+						"(its rows would wait for its ticks, every %s): change those settings or leave --poll-only out",
+						r.Name, strings.Join(flags, ", "), cfg.Reconcilers[r.Name])}
+			}
+			f.listeners = append(f.listeners, l)
+		}
 	}
 	if !cfg.DisableTakeover {
 		taker, err := takeover.New(takeover.Config{Client: client, DB: f.RiverPool, Wake: wake, Logger: cfg.Logger})
@@ -891,11 +816,13 @@ func (f *Fleet) Start(ctx context.Context) error {
 		}
 		f.stopWaker = func() { cancel(); wg.Wait() }
 	}
-	if f.Completions != nil && f.stopCompletions == nil {
+	if len(f.listeners) > 0 && f.stopListeners == nil {
 		lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); f.Completions.Run(lctx) }()
-		f.stopCompletions = func() { cancel(); <-done; f.stopCompletions = nil }
+		var wg sync.WaitGroup
+		for _, l := range f.listeners {
+			wg.Go(func() { l.Run(lctx) })
+		}
+		f.stopListeners = func() { cancel(); wg.Wait(); f.stopListeners = nil }
 	}
 	// River treats the end of Start's context as StopAndCancel: every
 	// running job's context ends at once. The fleet stops through Stop
@@ -916,10 +843,10 @@ func (f *Fleet) Stop(ctx context.Context) error {
 	if f.stopWaker != nil {
 		defer f.stopWaker()
 	}
-	// No new dispatch jobs once stopping: events notified from now on wait
-	// for the next process's listener or tick.
-	if f.stopCompletions != nil {
-		f.stopCompletions()
+	// No new jobs from the listeners once stopping: what is notified from
+	// now on waits for the next process's listener or tick.
+	if f.stopListeners != nil {
+		f.stopListeners()
 	}
 	handOff := f.handoff != nil && f.handoff.leadsWithOthers(ctx)
 	if err := f.Client.Stop(ctx); err != nil {
@@ -940,8 +867,8 @@ func (f *Fleet) Stop(ctx context.Context) error {
 // Close stops the waker and the heartbeat if Stop did not, then closes the
 // pools.
 func (f *Fleet) Close() {
-	if f.stopCompletions != nil {
-		f.stopCompletions()
+	if f.stopListeners != nil {
+		f.stopListeners()
 	}
 	if f.stopWaker != nil {
 		f.stopWaker()

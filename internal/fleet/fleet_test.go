@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -123,11 +124,11 @@ func TestServerWarnings(t *testing.T) {
 	}
 }
 
-// TestConfigErrorsNameGoFields: an unusable Config is refused with a
-// *ConfigError naming the field as a Go caller wrote it (cmd/worker words it
-// under the flag); a regression shows as a flag name or a loose phrase ("batch
-// size") in the error a Go caller reads.
-func TestConfigErrorsNameGoFields(t *testing.T) {
+// TestConfigErrorsNameTheFlag: an unusable Config is refused with a
+// *ConfigError naming the setting's flag (what a user of `worker run` gave)
+// and its Config field (what a Go caller wrote); a regression shows as a
+// loose phrase ("batch size") or a Go name in the error a user reads.
+func TestConfigErrorsNameTheFlag(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name  string
@@ -135,13 +136,20 @@ func TestConfigErrorsNameGoFields(t *testing.T) {
 		field string
 		want  string
 	}{
-		{"BatchSize", Config{BatchSize: -1}, "BatchSize", "fleet.Config.BatchSize -1: out of range 1..10000"},
-		{"Lookahead", Config{Lookahead: time.Minute}, "Lookahead", "fleet.Config.Lookahead 1m0s: too long (at most 5s; negative turns it off)"},
-		{"MetricsReadTimeout", Config{MetricsReadTimeout: -time.Second}, "MetricsReadTimeout", "fleet.Config.MetricsReadTimeout -1s: negative (0 keeps the default, 3s)"},
-		{"CompletedJobRetention", Config{CompletedJobRetention: -1}, "CompletedJobRetention", "too short (minimum 1s)"},
+		{"BatchSize", Config{BatchSize: -1}, "BatchSize", "--batch-size -1: out of range 1..10000"},
+		{"Lookahead", Config{Lookahead: time.Minute}, "Lookahead", "--lookahead 1m0s: too long (at most 5s)"},
+		{"LookaheadOff", Config{Lookahead: -2}, "Lookahead", "--lookahead -2ns: negative (workers.Off, -1, turns it off)"},
+		{"MetricsReadTimeout", Config{MetricsReadTimeout: -time.Second}, "MetricsReadTimeout", "--metrics-read-timeout -1s: negative"},
+		{"CompletedJobRetention", Config{CompletedJobRetention: -1}, "CompletedJobRetention", "--completed-job-retention -1ns: negative"},
 		{"RescueStuckJobsAfter", Config{RescueStuckJobsAfter: time.Second}, "RescueStuckJobsAfter", "must exceed the longest job timeout"},
-		{"Interval", Config{Reconcilers: map[string]time.Duration{"lease_expiry": time.Millisecond}}, "Reconcilers[lease_expiry]", "interval too short"},
-		{"RetentionNeeded", Config{Reconcilers: map[string]time.Duration{"retention": time.Minute}}, "Reconcilers[retention]", "needs a Retention"},
+		{"Interval", Config{Reconcilers: map[string]time.Duration{"lease_expiry": time.Millisecond}}, "Reconcilers[lease_expiry]",
+			"--lease-expiry-interval 1ms: interval too short"},
+		{"RetentionNeeded", Config{Reconcilers: map[string]time.Duration{"retention": time.Minute}}, "Reconcilers",
+			"--reconcilers retention: runs only with --retention"},
+		{"RetentionTooShort", Config{Settings: workers.Values{workers.RetentionAge: time.Millisecond}}, "Settings[retention]",
+			"--retention 1ms: too short (minimum 1s)"},
+		{"OutboxRetentionFiltered", Config{Settings: workers.Values{workers.OutboxAge: time.Hour}, Filter: store.Filter{Namespace: "acme"}},
+			"Settings[outbox-retention]", "--outbox-retention 1h0m0s: cannot run in a fleet with a tenant filter (namespace acme)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,5 +160,60 @@ func TestConfigErrorsNameGoFields(t *testing.T) {
 				t.Fatalf("Validate: %v; want a ConfigError of field %s containing %q", err, tt.field, tt.want)
 			}
 		})
+	}
+}
+
+// notSettings are the Config fields that are not settings a user gives on
+// the command line: what a Go caller wires in (pools' tracer, observers,
+// extra workers, the logger, a test signal), and the set of reconcilers
+// with their intervals, which `worker run` builds from --reconcilers and
+// one --<name>-interval flag per reconciler.
+var notSettings = map[string]bool{
+	"Reconcilers": true, "Observer": true, "ExtraWorkers": true, "QueryTracer": true, "Logger": true, "Listening": true,
+}
+
+// TestEverySettingHasItsFlag: every field of Config a user sets is one of
+// Config.Flags, with a flag, help text and a default; every reconciler's
+// setting is too; and no two share a flag. A regression is a setting only a
+// Go caller can reach (MetricsReadTimeout once was), or a flag whose
+// default --help cannot tell.
+func TestEverySettingHasItsFlag(t *testing.T) {
+	t.Parallel()
+	var c Config
+	flags := c.Flags()
+	byField := map[string]Flag{}
+	seen := map[string]bool{}
+	for _, f := range flags {
+		if seen[f.Flag] {
+			t.Errorf("flag --%s declared twice", f.Flag)
+		}
+		seen[f.Flag] = true
+		if f.Help == "" {
+			t.Errorf("flag --%s has no help", f.Flag)
+		}
+		byField[strings.SplitN(f.Field, ".", 2)[0]] = f
+	}
+	typ := reflect.TypeOf(c)
+	for i := range typ.NumField() {
+		name := typ.Field(i).Name
+		if notSettings[name] {
+			continue
+		}
+		if _, ok := byField[name]; !ok && name != "Settings" {
+			t.Errorf("Config.%s has no flag (Config.Flags)", name)
+		}
+	}
+	for _, s := range workers.AllSettings() {
+		if !seen[s.Flag] {
+			t.Errorf("setting --%s of a reconciler has no flag", s.Flag)
+		}
+		if s.ShapeKey == "" {
+			t.Errorf("setting --%s has no shape key: fleets of one River schema would not compare it", s.Flag)
+		}
+	}
+	for _, r := range workers.All() {
+		if seen[r.IntervalFlag()] {
+			t.Errorf("--%s is both an interval and a setting", r.IntervalFlag())
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flowfabric/ffreconcile/store"
-	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // shape is what a configuration decides about the jobs of a River schema:
@@ -28,11 +27,11 @@ type shape struct {
 	PartitionCount       int               `json:"partition_count"`
 	BudgetPartitionCount int               `json:"budget_partition_count"`
 	Lookahead            string            `json:"lookahead"`
-	Retention            string            `json:"retention,omitempty"`
-	OutboxRetention      string            `json:"outbox_retention,omitempty"`
-	// DependencyStale is the dependency reconciler's stale threshold ("0s"
-	// as the primary dispatcher), when it runs.
-	DependencyStale string `json:"dependency_stale_threshold,omitempty"`
+	// Settings are the running reconcilers' settings, by their ShapeKey,
+	// stored beside the fields above (as "retention": "24h0m0s"; Off reads
+	// "0s"): a setting of a reconciler not run is no concern of the
+	// schema's other processes.
+	Settings map[string]string `json:"-"`
 }
 
 // shape returns c's shape; c has its defaults applied.
@@ -44,23 +43,59 @@ func (c Config) shape() shape {
 		PartitionCount:       c.PartitionCount,
 		BudgetPartitionCount: c.BudgetPartitionCount,
 		Lookahead:            c.Lookahead.String(),
-	}
-	if c.Retention > 0 {
-		s.Retention = c.Retention.String()
-	}
-	if c.OutboxRetention > 0 {
-		s.OutboxRetention = c.OutboxRetention.String() + " every " + c.OutboxRetentionInterval.String()
-	}
-	if _, on := c.Reconcilers[workers.Dependency.Name]; on {
-		s.DependencyStale = max(c.DependencyStaleThreshold, 0).String()
+		Settings:             map[string]string{},
 	}
 	if c.Filter.TagKey != "" {
 		s.InstanceTag = c.Filter.TagKey + "=" + c.Filter.TagValue
 	}
-	for name, interval := range c.Reconcilers {
-		s.Reconcilers[name] = interval.String()
+	for _, r := range c.running() {
+		s.Reconcilers[r.Name] = c.Reconcilers[r.Name].String()
+		for _, st := range r.Settings {
+			s.Settings[st.ShapeKey] = max(c.Settings.Get(st), 0).String()
+		}
 	}
 	return s
+}
+
+// MarshalJSON stores the settings beside the other fields.
+func (s shape) MarshalJSON() ([]byte, error) {
+	type plain shape
+	b, err := json.Marshal(plain(s))
+	if err != nil || len(s.Settings) == 0 {
+		return b, err
+	}
+	var all map[string]any
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
+	}
+	for k, v := range s.Settings {
+		all[k] = v
+	}
+	return json.Marshal(all)
+}
+
+// UnmarshalJSON reads the settings back: every top-level string that is
+// not a field above.
+func (s *shape) UnmarshalJSON(b []byte) error {
+	type plain shape
+	if err := json.Unmarshal(b, (*plain)(s)); err != nil {
+		return err
+	}
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	s.Settings = map[string]string{}
+	for _, f := range []string{"reconcilers", "namespace", "instance_tag", "batch_size", "partition_count", "budget_partition_count", "lookahead"} {
+		delete(all, f)
+	}
+	for k, raw := range all {
+		var v string
+		if json.Unmarshal(raw, &v) == nil {
+			s.Settings[k] = v
+		}
+	}
+	return nil
 }
 
 // shapeJSON is c's shape as the heartbeat table stores it (map keys sorted,
@@ -68,7 +103,7 @@ func (c Config) shape() shape {
 func (c Config) shapeJSON() []byte {
 	b, err := json.Marshal(c.shape())
 	if err != nil {
-		panic(err) // a struct of strings, ints and a string map always marshals
+		panic(err) // a struct of strings, ints and string maps always marshals
 	}
 	return b
 }
@@ -94,10 +129,22 @@ func (s shape) diff(other shape) string {
 	add("partition count", fmt.Sprint(s.PartitionCount), fmt.Sprint(other.PartitionCount))
 	add("budget partition count", fmt.Sprint(s.BudgetPartitionCount), fmt.Sprint(other.BudgetPartitionCount))
 	add("lookahead", s.Lookahead, other.Lookahead)
-	add("retention", s.Retention, other.Retention)
-	add("outbox retention", s.OutboxRetention, other.OutboxRetention)
-	add("dependency stale threshold", s.DependencyStale, other.DependencyStale)
+	for _, k := range settingKeys(s.Settings, other.Settings) {
+		add(strings.ReplaceAll(k, "_", " "), s.Settings[k], other.Settings[k])
+	}
 	return strings.Join(out, "; ")
+}
+
+// settingKeys returns the keys of both, sorted.
+func settingKeys(a, b map[string]string) []string {
+	keys := slices.Collect(maps.Keys(a))
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 func orNone(s string) string {

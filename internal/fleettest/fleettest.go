@@ -95,8 +95,8 @@ func patience(timeout time.Duration) time.Duration {
 }
 
 // DefaultOn returns the reconcilers a fleet runs by default: all but
-// retention, which runs only with a retention.
-func DefaultOn() []*workers.Reconciler { return workers.DefaultOn(0) }
+// those turned on by a setting (retention, outbox retention).
+func DefaultOn() []*workers.Reconciler { return workers.DefaultOn(nil) }
 
 // Fast is a tick configuration for tests: the shortest interval River
 // allows (1 s) for the given reconcilers.

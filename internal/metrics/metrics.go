@@ -45,14 +45,11 @@ type Config struct {
 	Logger *slog.Logger
 	// DueCap bounds each due-rows count. Defaults to 100,000.
 	DueCap int
-	// Retention is the fleet's retention: terminal executions older than
-	// it are due for retention. Defaults to none: retention's due gauge is
-	// not exported, and its oldest due row's age is 0.
-	Retention time.Duration
-	// DependencyStaleThreshold is the dependency reconciler's stale
-	// threshold: completion events committed longer ago are due (see
-	// workers.Config.DependencyStaleThreshold).
-	DependencyStaleThreshold time.Duration
+	// Settings are the reconcilers' settings, as the fleet's: they decide
+	// when rows are due (Reconciler.DueAt), and a reconciler turned on by a
+	// setting that is off has nothing due (its oldest due row's age is 0).
+	// Absent ones take their defaults.
+	Settings workers.Values
 	// PartitionCount and BudgetPartitionCount are the partition spaces the
 	// oldest-due probe walks, as workers.Config's. Default to
 	// jobs.PartitionCount and workers.DefaultBudgetPartitionCount.
@@ -120,11 +117,10 @@ func New(cfg Config) *Metrics {
 	// Every reconciler with a deadline has its lateness series from the
 	// start, so that a panel shows it empty rather than missing.
 	for _, r := range workers.All() {
-		if !r.Due.Always {
+		if !r.HasScans() || !r.Due.Always {
 			m.lateness.WithLabelValues(r.Name)
 		}
 	}
-	m.lateness.WithLabelValues(workers.OutboxRetentionName)
 	intervals := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: namespace, Name: "tick_interval_seconds",
 		Help: "Tick interval of each reconciler this process runs (absent: not run here). The stall alert compares oldest_due_seconds with a few of them.",
@@ -250,7 +246,7 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	snap := c.stats.Snapshot()
-	for _, name := range append(workers.Names(), workers.OutboxRetentionName) {
+	for _, name := range workers.Names() {
 		s := snap[name] // zero when the reconciler has not run yet
 		for i, d := range statDescs {
 			ch <- prometheus.MustNewConstMetric(descs[i], prometheus.CounterValue, float64(d.get(s)), name)
@@ -397,13 +393,16 @@ func (c *dbCollector) read() []prometheus.Metric {
 	for _, r := range workers.All() {
 		// The rows r takes in this fleet: with reconcilers sharing rows,
 		// its share (Reconciler.DueIn), so their due rows add up.
+		if !r.HasScans() {
+			continue // no Due: its periodic job acts by itself
+		}
 		due := r.DueIn(running)
-		if r.Retained && c.cfg.Retention <= 0 {
-			// Nothing is due for retention without a retention.
+		if !r.On(c.cfg.Settings) {
+			// Nothing is due for a reconciler its settings leave off.
 			gauge(c.oldest, 0, r.Name)
 			continue
 		}
-		dueAt := r.DueAt(now, workers.Config{Retention: c.cfg.Retention, DependencyStaleThreshold: c.cfg.DependencyStaleThreshold})
+		dueAt := r.DueAt(now, c.cfg.Settings)
 		var dc store.DueCount
 		err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
 			dc, err = due.Count(ctx, tx, dueAt, c.cfg.Filter, c.cfg.DueCap)
@@ -467,7 +466,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 // riverJobKinds are the job kinds of the fleet, each with its reconciler:
 // every one is exported in every state, 0 when it has no job there.
 var riverJobKinds = func() map[string]string {
-	out := map[string]string{jobs.KindOutboxTrim: workers.OutboxRetentionName}
+	out := map[string]string{}
 	for _, r := range workers.All() {
 		for _, k := range []string{r.TickKind(), r.ScanKind(), r.RowKind()} {
 			if k != "" {

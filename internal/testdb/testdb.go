@@ -263,7 +263,9 @@ func NewFlowFabric(t testing.TB) *DB {
 	defer cancel()
 	ffTemplateOnce.Do(func() {
 		var fp string
+		// FlowFabric's DDL and ours applied after it (the objects).
 		if fp, ffTemplateErr = dirFingerprint(dir); ffTemplateErr == nil {
+			fp += "_" + migrations.Fingerprint()
 			ffTemplateName, ffTemplateErr = ensureTemplate(ctx, "ffr_fftmpl_", fp, func(ctx context.Context, dbURL string) error {
 				pool, err := pgxpool.New(ctx, dbURL)
 				if err != nil {
@@ -279,13 +281,8 @@ func NewFlowFabric(t testing.TB) *DB {
 				if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
 					return err
 				}
-				if _, err := migrations.ApplyPromoteFunction(ctx, pool, RiverSchema); err != nil {
-					return err
-				}
-				if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
-					return err
-				}
-				return migrations.ApplyRetentionIndex(ctx, pool)
+				_, err = migrations.ApplyObjects(ctx, pool, RiverSchema)
+				return err
 			})
 		}
 	})
@@ -476,13 +473,8 @@ func migrateInto(ctx context.Context, dbURL string) error {
 	if err := migrations.ApplyWorkerTable(ctx, pool, RiverSchema); err != nil {
 		return err
 	}
-	if _, err := migrations.ApplyPromoteFunction(ctx, pool, RiverSchema); err != nil {
-		return err
-	}
-	if err := migrations.ApplyOutboxTrimTable(ctx, pool); err != nil {
-		return err
-	}
-	return migrations.ApplyRetentionIndex(ctx, pool)
+	_, err = migrations.ApplyObjects(ctx, pool, RiverSchema)
+	return err
 }
 
 // PoolAsNewRole creates a login role with no rights beyond PUBLIC's, except

@@ -7,36 +7,17 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
-)
 
-// OutboxLeaseEvents is the outbox whose trimming is recorded
-// (migrations.OutboxTrimTableName): the one lease history streams.
-const OutboxLeaseEvents = "ff_lease_event"
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
+)
 
 // ErrOutboxTrimTableMissing: the outbox trim table does not exist;
 // `worker migrate` creates it.
 var ErrOutboxTrimTableMissing = errors.New("outbox trim table ffreconcile_outbox_trim is missing; run `worker migrate`")
 
-// OutboxTrimmedThrough returns the highest event id outbox retention has
-// deleted from outbox (OutboxLeaseEvents, …): every event at or below it
-// that ever committed may be gone. 0 when nothing was deleted, or when the
-// table does not exist (no fleet with outbox retention migrated it).
-//
-// Index: the table's primary key.
-func OutboxTrimmedThrough(ctx context.Context, db DB, outbox string) (int64, error) {
-	var through int64
-	err := db.QueryRow(ctx, `SELECT COALESCE((SELECT trimmed_through FROM ffreconcile_outbox_trim WHERE outbox = $1), 0)`,
-		outbox).Scan(&through)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return 0, nil
-	}
-	// The scalar subquery makes one row either way: no ErrNoRows.
-	if err != nil {
-		return 0, fmt.Errorf("read how far %s was trimmed: %w", outbox, err)
-	}
-	return through, nil
-}
+// OutboxTrimTable is outbox retention's table of trim marks (see
+// LeaseEventsTrimmedThrough), ours.
+const OutboxTrimTable = dbnames.OutboxTrimTable
 
 // OutboxTrimResult says what one outbox trim statement deleted.
 type OutboxTrimResult struct {
@@ -74,7 +55,7 @@ SELECT count(*), COALESCE(max(event_id), 0), COALESCE(min(occurred_at_ms), 0) FR
 
 // TrimLeaseEvents deletes up to limit of the oldest lease events that
 // occurred before cutoffMs, whatever their execution's state, and records
-// how far it got (OutboxTrimmedThrough). Fewer than limit deleted means
+// how far it got (LeaseEventsTrimmedThrough). Fewer than limit deleted means
 // nothing older is left. Running it twice deletes nothing more.
 func TrimLeaseEvents(ctx context.Context, db DB, cutoffMs int64, limit int) (OutboxTrimResult, error) {
 	var r OutboxTrimResult

@@ -333,3 +333,40 @@ func CheckPromoteFunction(ctx context.Context, pool *pgxpool.Pool, schema string
 	}
 	return nil
 }
+
+// promoteFunctionObject is the promote function as delayed promotion's
+// Object: `worker migrate` installs it, a fleet running delayed promotion
+// checks it.
+func promoteFunctionObject() Object {
+	ddl, err := PromoteFunctionSQL(jobs.DefaultRiverSchema)
+	if err != nil {
+		ddl = err.Error() // a change to it still changes the fingerprint
+	}
+	return Object{
+		Name: PromoteFunctionName, DDL: ddl,
+		Apply: func(ctx context.Context, pool *pgxpool.Pool, schema string) (string, error) {
+			r, err := ApplyPromoteFunction(ctx, pool, schema)
+			if err != nil {
+				return "", err
+			}
+			return r.report(schema), nil
+		},
+		Check: CheckPromoteFunction,
+	}
+}
+
+func init() { register(promoteFunctionObject()) }
+
+// report is `worker migrate`'s line about the function in schema.
+func (r PromoteFunctionResult) report(schema string) string {
+	name := schema + "." + PromoteFunctionName
+	switch {
+	case r.Installed > PromoteFunctionVersion:
+		return fmt.Sprintf("promote function: %s version %d is newer than this worker's %d; left in place", name, r.Installed, PromoteFunctionVersion)
+	case !r.Found:
+		return fmt.Sprintf("promote function: installed %s version %d", name, r.Installed)
+	case r.Previous < r.Installed:
+		return fmt.Sprintf("promote function: replaced %s version %d with version %d", name, r.Previous, r.Installed)
+	}
+	return fmt.Sprintf("promote function: %s version %d is in place", name, r.Installed)
+}

@@ -3,10 +3,11 @@ package migrations
 import (
 	"context"
 	"fmt"
-	"github.com/flowfabric/ffreconcile/internal/dbnames"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/flowfabric/ffreconcile/internal/dbnames"
 )
 
 // OutboxTrimTableName is our table, next to FlowFabric's (the search
@@ -23,6 +24,24 @@ const outboxTrimDDL = `CREATE TABLE IF NOT EXISTS ffreconcile_outbox_trim (
     trimmed_through bigint      NOT NULL,
     trimmed_at      timestamptz NOT NULL
 )`
+
+// outboxTrimColumns are the columns outbox retention and lease history use.
+var outboxTrimColumns = []string{"outbox", "trimmed_through", "trimmed_at"}
+
+func init() {
+	register(Object{
+		Name: OutboxTrimTableName, DDL: outboxTrimDDL,
+		Apply: func(ctx context.Context, pool *pgxpool.Pool, _ string) (string, error) {
+			if err := ApplyOutboxTrimTable(ctx, pool); err != nil {
+				return "", err
+			}
+			return OutboxTrimTableName + ": outbox retention's trim marks are in place", nil
+		},
+		Check: func(ctx context.Context, pool *pgxpool.Pool, _ string) error {
+			return checkColumns(ctx, pool, OutboxTrimTableName, outboxTrimColumns, "run `worker migrate`")
+		},
+	})
+}
 
 // ApplyOutboxTrimTable creates the outbox trim table if it is missing.
 // Running it again is a no-op. Like the heartbeat table it is ours, so

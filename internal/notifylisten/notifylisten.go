@@ -1,16 +1,13 @@
-// Package completionwake makes the fleet FlowFabric's primary dispatcher of
-// completion events: it listens to the ff_completion notification
-// FlowFabric's trigger sends at the commit of every ff_completion_event row
-// (payload: the event id) and enqueues the event's dispatch at once, instead
-// of waiting for the dependency reconciler's next tick.
+// Package notifylisten acts on Postgres notifications whose payload is an
+// id: it listens on a channel on a connection of its own, gathers the ids
+// notified within a couple of milliseconds of each other and hands them to
+// its caller in one batch (the dependency reconciler's wake-up on
+// FlowFabric's ff_completion notification, see workers.Dependency).
 //
 // Notifications are a wake-up, not the record: one missed while the
-// listening connection was down (or sent before the process started) leaves
-// its event to the dependency reconciler's ticks, which with a stale
-// threshold of 0 take every undispatched event. Every process of a fleet
-// listens; their inserts of one event are unique among unfinished jobs, and
-// a dispatch that finds the event claimed already changes nothing.
-package completionwake
+// listening connection was down (or sent before the process started) is
+// the caller's ticks' to find.
+package notifylisten
 
 import (
 	"context"
@@ -19,19 +16,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/flowfabric/ffreconcile/store"
 )
-
-// Channel is FlowFabric's completion notification channel
-// (ff_notify_completion_event).
-const Channel = "ff_completion"
 
 // Defaults of Config.
 const (
 	// DefaultGather: notifications arriving within this of the first are
-	// enqueued together (one lookup, one insert).
+	// handed over together (one lookup, one insert).
 	DefaultGather = 2 * time.Millisecond
 	// DefaultMaxBatch bounds one such batch.
 	DefaultMaxBatch = 500
@@ -41,13 +33,18 @@ const (
 
 // Config configures a Listener.
 type Config struct {
-	// Pool gives the listening connection (held for the listener's life)
-	// and runs the lookups. Required.
+	// Pool gives the listening connection (held for the listener's life).
+	// Required.
 	Pool *pgxpool.Pool
-	// Enqueue inserts the dispatch jobs of undispatched events. Required.
-	Enqueue func(ctx context.Context, events []store.EventKey) error
-	// Filter: only events of this tenant are enqueued.
-	Filter store.Filter
+	// Channel is the notification channel. Required.
+	Channel string
+	// What names the notifications in logs, e.g. "completion
+	// notifications".
+	What string
+	// Handle acts on the ids of a batch, on the listening connection (its
+	// lookups need no other). An error is logged; the listener goes on.
+	// Required.
+	Handle func(ctx context.Context, conn *pgx.Conn, ids []int64) error
 	// Gather and MaxBatch: see DefaultGather and DefaultMaxBatch.
 	Gather   time.Duration
 	MaxBatch int
@@ -58,13 +55,16 @@ type Config struct {
 	Listening func()
 }
 
-// Listener enqueues the dispatch of each completion event notified.
+// Listener hands the ids notified on its channel to its Handle.
 type Listener struct{ cfg Config }
 
 // New returns a Listener, or an error naming a missing setting.
 func New(cfg Config) (*Listener, error) {
-	if cfg.Pool == nil || cfg.Enqueue == nil {
-		return nil, errors.New("completionwake: Config.Pool and Config.Enqueue are required")
+	if cfg.Pool == nil || cfg.Handle == nil || cfg.Channel == "" {
+		return nil, errors.New("notifylisten: Config.Pool, Config.Channel and Config.Handle are required")
+	}
+	if cfg.What == "" {
+		cfg.What = cfg.Channel + " notifications"
 	}
 	if cfg.Gather <= 0 {
 		cfg.Gather = DefaultGather
@@ -85,7 +85,7 @@ func (l *Listener) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		l.cfg.Logger.Warn("completion notifications: listening failed; events committed meanwhile wait for the dependency tick",
+		l.cfg.Logger.Warn(l.cfg.What+": listening failed; what is notified meanwhile is left to the ticks",
 			"error", err, "retry_in", retryAfter)
 		select {
 		case <-ctx.Done():
@@ -102,7 +102,7 @@ func (l *Listener) listen(ctx context.Context) error {
 	// The connection keeps its LISTEN: it never goes back to the pool.
 	pc := conn.Hijack()
 	defer pc.Close(context.WithoutCancel(ctx))
-	if _, err := pc.Exec(ctx, "LISTEN "+Channel); err != nil {
+	if _, err := pc.Exec(ctx, "LISTEN "+pgx.Identifier{l.cfg.Channel}.Sanitize()); err != nil {
 		return err
 	}
 	if l.cfg.Listening != nil {
@@ -114,7 +114,7 @@ func (l *Listener) listen(ctx context.Context) error {
 			return err
 		}
 		ids := []int64{}
-		ids = appendID(ids, n.Payload, l.cfg.Logger)
+		ids = l.appendID(ids, n.Payload)
 		// Gather what arrives right behind it.
 		deadline := time.Now().Add(l.cfg.Gather)
 		for len(ids) < l.cfg.MaxBatch {
@@ -130,7 +130,7 @@ func (l *Listener) listen(ctx context.Context) error {
 				}
 				break
 			}
-			ids = appendID(ids, n.Payload, l.cfg.Logger)
+			ids = l.appendID(ids, n.Payload)
 		}
 		if pc.IsClosed() {
 			return errors.New("listening connection closed")
@@ -138,24 +138,20 @@ func (l *Listener) listen(ctx context.Context) error {
 		if len(ids) == 0 {
 			continue
 		}
-		keys, err := store.UndispatchedEvents(ctx, pc, ids, l.cfg.Filter)
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			continue
-		}
-		if err := l.cfg.Enqueue(ctx, keys); err != nil {
-			l.cfg.Logger.Warn("completion notifications: enqueue failed; the events wait for the dependency tick", "events", len(keys), "error", err)
+		if err := l.cfg.Handle(ctx, pc, ids); err != nil {
+			if pc.IsClosed() {
+				return err
+			}
+			l.cfg.Logger.Warn(l.cfg.What+": handling failed; what was notified is left to the ticks", "ids", len(ids), "error", err)
 		}
 	}
 }
 
-// appendID appends the event id a notification carries.
-func appendID(ids []int64, payload string, log *slog.Logger) []int64 {
+// appendID appends the id a notification carries.
+func (l *Listener) appendID(ids []int64, payload string) []int64 {
 	id, err := strconv.ParseInt(payload, 10, 64)
 	if err != nil {
-		log.Warn("completion notification without an event id; ignored", "payload", payload)
+		l.cfg.Logger.Warn(l.cfg.What+": a notification without an id; ignored", "payload", payload)
 		return ids
 	}
 	return append(ids, id)
