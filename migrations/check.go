@@ -35,16 +35,26 @@ var requiredColumns = map[string][]string{
 	"ff_worker_registry": {"partition_key", "namespace", "worker_instance_id", "last_heartbeat_ms", "liveness_ttl_ms"},
 	"ff_worker_registry_event": {"partition_key", "namespace", "worker_instance_id", "event_kind", "event_at_ms",
 		"reason"},
-	// Retention deletes a trimmed execution's rows from these.
-	"ff_claim_grant":           {"partition_key", "execution_id"},
+	// Retention deletes a trimmed execution's rows from these; the
+	// background duties read and write the claim grants, the cancel
+	// backlog and the quota tables.
+	"ff_claim_grant":           {"partition_key", "grant_id", "execution_id", "kind", "expires_at_ms"},
 	"ff_stream_frame":          {"partition_key", "execution_id"},
 	"ff_stream_meta":           {"partition_key", "execution_id"},
 	"ff_stream_summary":        {"partition_key", "execution_id"},
-	"ff_cancel_backlog_member": {"partition_key", "execution_id"},
+	"ff_cancel_backlog_member": {"partition_key", "flow_id", "execution_id"},
 	"ff_operator_event":        {"partition_key", "execution_id"},
-	"ff_quota_admitted":        {"partition_key", "execution_id"},
-	"ff_quota_window":          {"partition_key", "execution_id"},
+	"ff_quota_admitted":        {"partition_key", "quota_policy_id", "execution_id", "expires_at_ms"},
+	"ff_quota_window":          {"partition_key", "quota_policy_id", "admitted_at_ms", "execution_id"},
 	"ff_signal_event":          {"partition_key", "execution_id"},
+	"ff_flow_core":             {"partition_key", "flow_id", "public_flow_state", "raw_fields"},
+	"ff_flow_summary": {"partition_key", "flow_id", "total_members", "sampled_members", "members_completed", "members_failed",
+		"members_cancelled", "members_expired", "members_skipped", "members_active", "members_suspended", "members_waiting",
+		"members_delayed", "members_rate_limited", "members_waiting_children", "public_flow_state", "last_summary_update_at"},
+	"ff_cancel_backlog": {"partition_key", "flow_id", "requested_at_ms", "reason", "grace_until_ms", "cancellation_policy"},
+	"ff_quota_policy": {"partition_key", "quota_policy_id", "requests_per_window_seconds", "active_concurrency_cap",
+		"active_concurrency", "updated_at_ms"},
+	"ff_budget_usage_dedup": {"partition_key", "dedup_key", "expires_at_ms"},
 }
 
 // Check verifies that the given ff_* tables (every one the worker knows when
