@@ -76,6 +76,11 @@ type Reconciler struct {
 	// fleet runs (dependency's ff_completion listener); it returns nil
 	// when the fleet's settings need none.
 	Listen func(ListenEnv) (Runner, error)
+	// Gauges are further gauges of its own that /metrics reads from the
+	// database with the due-row gauges, each exported as
+	// ffreconcile_<Name> (the cancel backlog's depth), in a fleet that
+	// runs it.
+	Gauges []Gauge
 	// NoOpReasons are the reasons its row actions can change nothing for,
 	// as far as its statements tell (metrics export each, zero until one
 	// occurs). Defaults to NoOpNoLongerDue alone; none for a reconciler
@@ -198,6 +203,16 @@ type ListenEnv struct {
 // Runner is something a reconciler runs beside its jobs: Run returns once
 // ctx is done.
 type Runner interface{ Run(ctx context.Context) }
+
+// Gauge is a gauge of a reconciler's (Reconciler.Gauges) that /metrics
+// reads from the database at each refresh, inside a read-only transaction
+// with a statement timeout.
+type Gauge struct {
+	// Name is the metric's name after "ffreconcile_"; Help its help.
+	Name, Help string
+	// Read reads its value under the fleet's tenant filter.
+	Read func(ctx context.Context, db store.DB, f store.Filter) (float64, error)
+}
 
 // String returns the name.
 func (r *Reconciler) String() string { return r.Name }

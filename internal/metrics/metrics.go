@@ -292,6 +292,8 @@ type dbCollector struct {
 	riverJob *prometheus.Desc
 	leader   *prometheus.Desc
 	up       *prometheus.Desc
+	// gauges are the running reconcilers' own (workers.Gauge), by name.
+	gauges map[*workers.Gauge]*prometheus.Desc
 
 	mu         sync.Mutex
 	last       time.Time
@@ -300,7 +302,18 @@ type dbCollector struct {
 }
 
 func newDBCollector(cfg Config) *dbCollector {
+	gauges := map[*workers.Gauge]*prometheus.Desc{}
+	for _, r := range workers.All() {
+		if _, runs := cfg.Intervals[r.Name]; !runs {
+			continue
+		}
+		for i := range r.Gauges {
+			g := &r.Gauges[i]
+			gauges[g] = prometheus.NewDesc(namespace+"_"+g.Name, g.Help, nil, nil)
+		}
+	}
 	return &dbCollector{
+		gauges: gauges,
 		cfg: cfg,
 		due: prometheus.NewDesc(namespace+"_due_rows", "Rows due for a reconciler that pass this fleet's tenant filter (counted up to a cap).",
 			[]string{"reconciler"}, nil),
@@ -329,6 +342,9 @@ func (c *dbCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.riverJob
 	ch <- c.leader
 	ch <- c.up
+	for _, d := range c.gauges {
+		ch <- d
+	}
 }
 
 func (c *dbCollector) Collect(ch chan<- prometheus.Metric) {
@@ -435,6 +451,19 @@ func (c *dbCollector) read() []prometheus.Metric {
 			age = max(0, float64(dueAt-at)/1000)
 		}
 		gauge(c.oldest, age, r.Name)
+	}
+	for g, d := range c.gauges {
+		var v float64
+		err := c.inReadTx(func(ctx context.Context, tx pgx.Tx) (err error) {
+			v, err = g.Read(ctx, tx, c.cfg.Filter)
+			return err
+		})
+		if err != nil {
+			c.cfg.Logger.Warn("metrics: read a reconciler's gauge", "gauge", g.Name, "error", err)
+			up = 0
+			continue
+		}
+		gauge(d, v)
 	}
 	if err := c.readRiverJobs(gauge); err != nil {
 		c.cfg.Logger.Warn("metrics: count River jobs", "error", err)
