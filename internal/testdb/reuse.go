@@ -52,7 +52,13 @@ func reuseEnabled() bool { return os.Getenv(ReuseEnv) == "1" }
 // were cloned from template. It carries the version of the emptying below,
 // so a database an older version offered is never claimed (stop drops it).
 func freePrefix(template string) string {
-	return "ffr_f_v2_" + strings.TrimPrefix(template, "ffr_") + "_"
+	return freeFamily(template) + "_"
+}
+
+// freeFamily is the name prefix of the offered clones of every template
+// whose name starts with templatePrefix (ffr_tmpl_, ffr_fftmpl_).
+func freeFamily(templatePrefix string) string {
+	return "ffr_f_v2_" + strings.TrimPrefix(templatePrefix, "ffr_")
 }
 
 // pristine is what this process knows of a template's clones untouched,

@@ -251,3 +251,56 @@ func TestBaselineTakesAnAnalyzedCatalog(t *testing.T) {
 		t.Fatalf("baseline after a row written: %v; want it refused", err)
 	}
 }
+
+// TestANewTemplateDropsTheOldOnesClones: building the template of a new
+// DDL version drops the older template and the clones of it offered for
+// reuse, and leaves another family's alone. A regression shows as a test
+// cluster growing by a pool of ~200 MB databases with every schema change
+// (four development clusters in /dev/shm once filled the machine's RAM so).
+func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// Prefixes of this test's own, so no other test's templates are touched.
+	prefix := "ffr_tmplgc" + randomSuffix() + "_"
+	other := "ffr_tmplgcother" + randomSuffix() + "_"
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	noMigration := func(context.Context, string) error { return nil }
+
+	old, err := ensureTemplate(ctx, prefix, "old", noMigration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldClone := freePrefix(old) + randomSuffix()
+	otherClone := freePrefix(other+"v1") + randomSuffix()
+	for _, name := range []string{oldClone, otherClone} {
+		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newer, err := ensureTemplate(ctx, prefix, "new", noMigration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, name := range []string{old, oldClone, otherClone, newer} {
+			dropDatabase(name)
+		}
+	})
+
+	exists := func(name string) bool {
+		var ok bool
+		if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	for name, want := range map[string]bool{old: false, oldClone: false, newer: true, otherClone: true} {
+		if got := exists(name); got != want {
+			t.Errorf("database %s exists: %v; want %v", name, got, want)
+		}
+	}
+}

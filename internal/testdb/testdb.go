@@ -422,8 +422,15 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 		return name, nil
 	}
 
-	// Templates of older DDL versions and half-built ones are of no further use.
-	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database WHERE starts_with(datname, $1)`, prefix)
+	// Templates of older DDL versions and half-built ones are of no further
+	// use, nor are the clones of them offered for reuse (freeFamily): left,
+	// every schema change would leave a pool of ~200 MB databases behind, on
+	// a cluster that may live in RAM (scripts/test-postgres.sh). Offered
+	// clones are connected to by no one; one in use is not offered.
+	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database
+		WHERE starts_with(datname, $1)
+		   OR (starts_with(datname, $2) AND NOT starts_with(datname, $3))`,
+		prefix, freeFamily(prefix), freePrefix(name))
 	if err != nil {
 		return "", err
 	}
