@@ -68,7 +68,7 @@ TEST_PARALLEL ?= 4
 TEST_FIRST    := ./workers ./cmd/worker ./internal/chaostest ./store
 test: lint
 	@PROMTOOL=$$(./scripts/ensure-promtool.sh); export PROMTOOL; \
-	url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
+	url=$$(./scripts/test-postgres.sh start run); trap './scripts/test-postgres.sh stop run' EXIT; \
 	echo "testing against $$url ($(TEST_P) packages x $(TEST_PARALLEL) tests at a time)"; \
 	TEST_DATABASE_URL="$$url" FF_TESTDB_REUSE=1 $(GO) test -json -count=1 -p $(TEST_P) -parallel $(TEST_PARALLEL) -timeout 20m $(TEST_FIRST) ./... \
 	  | $(GO) run ./internal/cmd/testreport
@@ -76,7 +76,7 @@ test: lint
 ## test-fleet: the long chaos test: 3 real worker processes, ~90 s of feed, kills and backend terminations,
 ## River's rescuer (about 2 minutes). FF_CHAOS_REPORT=path also writes the figures as JSON.
 test-fleet:
-	@url=$$(./scripts/test-postgres.sh start); trap './scripts/test-postgres.sh stop' EXIT; \
+	@url=$$(./scripts/test-postgres.sh start run); trap './scripts/test-postgres.sh stop run' EXIT; \
 	TEST_DATABASE_URL="$$url" FF_CHAOS_LONG=1 $(GO) test -count=1 -run TestFleetChaos -v ./internal/chaostest/
 
 ## lint: go vet, gofmt, and go.mod/go.sum as go mod tidy leaves them.

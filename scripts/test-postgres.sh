@@ -6,7 +6,10 @@
 #            (in /dev/shm or .data/test-postgres, below), initialised on first
 #            use and started on a free port, tuned for tests.
 #   stop     drop the test databases left offered for reuse, then stop the
-#            private cluster, if this script started it.
+#            private cluster.
+#   start run / stop run (the Makefile's): the same, but `stop run` stops
+#            the cluster only if `start run` started it; one already running
+#            (started by hand, used by another run) is left running.
 #   datadir  print the private cluster's data directory.
 #
 # Why a private cluster. Tests only need a real PostgreSQL, not a durable
@@ -103,6 +106,12 @@ CONF
     tail -20 "$datadir/server.log" >&2 || true
     exit 1
   fi
+  # Started for this run (the Makefile's `start run`): its stop stops it.
+  # Started by hand (`start`), or found running, it is left running: other
+  # runs (another terminal, a helper with TEST_DATABASE_URL) may use it.
+  if [ "${1:-}" = run ]; then
+    touch "$datadir/ffreconcile-stop-after-run"
+  fi
   url "$port"
 }
 
@@ -137,14 +146,19 @@ stop() {
   bin=$(pg_bindir)
   if pg_run_as "$bin/pg_ctl" -D "$datadir" status >/dev/null 2>&1; then
     drop_offered "$(url "$(sed -n 4p "$datadir/postmaster.pid")")"
+    if [ ! -f "$datadir/ffreconcile-stop-after-run" ] && [ "${1:-}" = run ]; then
+      log "test cluster left running (it was running before this run)"
+      return
+    fi
     pg_run_as "$bin/pg_ctl" -D "$datadir" -m fast -w stop >/dev/null
+    rm -f "$datadir/ffreconcile-stop-after-run"
     log "test cluster stopped"
   fi
 }
 
 case "${1:-}" in
-  start) start ;;
-  stop) stop ;;
+  start) start "${2:-}" ;;
+  stop) stop "${2:-}" ;;
   datadir) echo "$datadir" ;;
   *) echo "usage: $0 start|stop|datadir" >&2; exit 2 ;;
 esac
