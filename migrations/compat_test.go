@@ -105,7 +105,7 @@ func TestSchemaMatchesFlowFabricMigrations(t *testing.T) {
 	}
 
 	for _, r := range workers.All() {
-		if !r.HasScans() {
+		if !r.HasDue() {
 			continue
 		}
 		var ok bool

@@ -194,7 +194,7 @@ var deadlineRows = []deadlineRow{
 func TestDeadlineRowsCoverTheRegistry(t *testing.T) {
 	t.Parallel()
 	for _, r := range workers.All() {
-		if !r.HasScans() || r.Due.Always || r.RowKind() == "" {
+		if !r.HasDue() || r.Due.Always || r.RowKind() == "" {
 			continue
 		}
 		if !slices.ContainsFunc(deadlineRows, func(d deadlineRow) bool { return d.r == r }) {

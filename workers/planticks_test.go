@@ -60,7 +60,7 @@ func TestPlanTicksCachesEveryTickStatement(t *testing.T) {
 			dues := map[*store.Due]bool{}
 			want := 0
 			for _, r := range workers.All() {
-				if !r.HasScans() {
+				if !r.HasDue() {
 					continue
 				}
 				due := r.DueIn(running)

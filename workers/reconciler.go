@@ -76,6 +76,11 @@ type Reconciler struct {
 	// fleet runs (dependency's ff_completion listener); it returns nil
 	// when the fleet's settings need none.
 	Listen func(ListenEnv) (Runner, error)
+	// Probe, when set, finds the partitions its tick fans out to, in place
+	// of a Due (which it then has none of): flow summary's, whose rows are
+	// flows with live members or members ended since a mark kept per
+	// tenant filter.
+	Probe func(ctx context.Context, db store.DB, nowMs int64, partitionCount int, f store.Filter) ([]int16, error)
 	// Gauges are further gauges of its own that /metrics reads from the
 	// database with the due-row gauges, each exported as
 	// ffreconcile_<Name> (the cancel backlog's depth), in a fleet that
@@ -161,10 +166,11 @@ func (r *Reconciler) RowKind() string { return r.rowKind }
 // (retention's trim acts on its partition's rows itself).
 func (r *Reconciler) HasRowJobs() bool { return r.rowJob != nil }
 
-// HasScans reports whether the reconciler's tick fans out partition jobs
-// (every one but those whose periodic job acts by itself, see
-// defineSingle): only those have a Due.
-func (r *Reconciler) HasScans() bool { return r.scanKind != "" }
+// HasDue reports whether the reconciler has a Due: rows whose due time the
+// tick, the gauges and `worker status` read. Those whose periodic job acts
+// by itself (defineSingle) have none, nor those whose tick finds its
+// partitions by a Probe of its own.
+func (r *Reconciler) HasDue() bool { return r.Due != nil }
 
 // TickArgs returns the args of the reconciler's periodic tick.
 func (r *Reconciler) TickArgs() river.JobArgs { return r.tick }
@@ -247,7 +253,10 @@ func defineSteps[T river.JobArgs, S scanArgsWithOpts](r Reconciler, scanWorker f
 	if r.Partitions == nil {
 		r.Partitions = flowPartitions
 	}
-	if r.AllTenants == r.Due.Tenant {
+	if (r.Due == nil) == (r.Probe == nil) {
+		panic(fmt.Sprintf("reconciler %s: a tick finds its partitions by a Due or by a Probe: one of them", r.Name))
+	}
+	if r.Due != nil && r.AllTenants == r.Due.Tenant {
 		panic(fmt.Sprintf("reconciler %s: AllTenants is %v and its Due's Tenant is %v; a reconciler's rows either belong to a tenant or to none",
 			r.Name, r.AllTenants, r.Due.Tenant))
 	}

@@ -25,6 +25,7 @@ var registry = []*Reconciler{
 	Dependency,
 	Retention,
 	OutboxRetention,
+	FlowSummary,
 }
 
 // All returns every reconciler, in the registry's order.
@@ -94,7 +95,7 @@ var byKind = func() map[string]kindOf {
 	m := map[string]kindOf{}
 	for _, r := range registry {
 		m[r.tickKind] = kindOf{r, StepTick}
-		if r.HasScans() {
+		if r.scanKind != "" {
 			m[r.scanKind] = kindOf{r, StepScan}
 		}
 		if r.HasRowJobs() {

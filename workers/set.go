@@ -285,7 +285,7 @@ func (s *Set) Tick(ctx context.Context, client *river.Client[pgx.Tx], r *Reconci
 func (s *Set) PlanTicks(ctx context.Context, db store.DB) error {
 	cfg := s.d.cfg
 	for _, r := range registry {
-		if !r.HasScans() {
+		if !r.HasDue() {
 			continue
 		}
 		due := s.d.due(r)

@@ -72,6 +72,11 @@ func (d *deps) window(ctx context.Context, r *Reconciler) (tickWindow, error) {
 	db, f, n, due := d.cfg.TickPool, d.cfg.Filter, r.Partitions(d.cfg), d.due(r)
 	at := d.now()
 	w := tickWindow{nowMs: r.DueAt(at.UnixMilli(), d.cfg.Settings), at: at}
+	if r.Probe != nil {
+		parts, err := r.Probe(ctx, db, w.nowMs, n, f)
+		w.parts = parts
+		return w, err
+	}
 	if !due.Always {
 		w.dueCounts = func(ctx context.Context, parts []int16) (map[int16]int, error) {
 			return due.Counts(ctx, db, w.nowMs, parts, f)

@@ -55,6 +55,7 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindDependencyScan, jobs.QueueControl, ``},
 		{jobs.KindDependencyDispatch, jobs.QueueRows, `, "event_id": 7`},
 		{jobs.KindRetentionTrim, jobs.QueueTrims, ``},
+		{jobs.KindFlowSummaryProject, jobs.QueueControl, ``},
 	}
 	// Every reconciler's scan and row kinds are here, or a new reconciler
 	// would go untested.

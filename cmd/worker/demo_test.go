@@ -238,6 +238,19 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			return left == 0 && eligible == ok && skipped == 2*c.FlowsFailed,
 				fleettest.Statusf("%d undispatched, %d of %d downstreams eligible, %d of %d skipped", left, eligible, ok, skipped, 2*c.FlowsFailed)
 		},
+		// Every demo flow summarised as its members stand once the
+		// dependency cascade is done: three members, the upstream ended
+		// and its downstreams eligible (waiting) or skipped.
+		workers.FlowSummary: func() (bool, string) {
+			flows := count(`SELECT count(*) FROM ff_flow_core`)
+			right := count(`SELECT count(*) FROM ff_flow_summary s JOIN ff_flow_core fc USING (partition_key, flow_id)
+			   WHERE s.total_members = 3 AND s.members_completed + s.members_failed = 1
+			     AND s.members_waiting + s.members_skipped = 2
+			     AND s.members_skipped = (SELECT count(*) FROM ff_exec_core e
+			          WHERE e.partition_key = s.partition_key AND e.flow_id = s.flow_id AND e.public_state = 'skipped')`)
+			want := c.Items[demo.FlowStep]
+			return flows == want && right == want, fleettest.Statusf("%d of %d flows summarised as their members stand", right, want)
+		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (
 			   SELECT 1 FROM ff_edge_group g WHERE (g.partition_key, g.flow_id, g.downstream_eid) = (p.partition_key, p.flow_id, p.downstream_eid)

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -421,5 +424,49 @@ func TestZeroTurnsOffWhatCanBeOff(t *testing.T) {
 				t.Fatalf("%v: fleet.Config %+v; want %s", tt.args, rc.fleet.WithDefaults(), tt.want)
 			}
 		})
+	}
+}
+
+// TestReadmeListsEveryRunFlag: README's configuration table has a row for
+// every flag `worker run --help` lists, and no row for a flag it does not
+// (every setting's flag comes from its one declaration, fleet.Config.Flags
+// and the reconcilers' settings). A regression is a flag a reader of the
+// README never learns of, or a row left for a flag that is gone.
+func TestReadmeListsEveryRunFlag(t *testing.T) {
+	var help strings.Builder
+	if _, err := parseRunFlags([]string{"--help"}, &help); !errors.Is(err, errHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	flagRE := regexp.MustCompile(`(?m)^\s*--([a-z0-9-]+)\s`)
+	inHelp := map[string]bool{}
+	for _, m := range flagRE.FindAllStringSubmatch(help.String(), -1) {
+		inHelp[m[1]] = true
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(readme), "## Configuration (`worker run`)")
+	j := strings.Index(string(readme)[i:], "\n## ")
+	if i < 0 || j < 0 {
+		t.Fatal("README has no configuration section")
+	}
+	rowRE := regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)` \\|")
+	inReadme := map[string]bool{}
+	for _, m := range rowRE.FindAllStringSubmatch(string(readme)[i:i+j], -1) {
+		inReadme[m[1]] = true
+	}
+	if len(inHelp) < 30 {
+		t.Fatalf("only %d flags found in --help: the pattern missed them\n%s", len(inHelp), help.String())
+	}
+	for f := range inHelp {
+		if !inReadme[f] {
+			t.Errorf("--%s is in `worker run --help` but not in README's configuration table", f)
+		}
+	}
+	for f := range inReadme {
+		if !inHelp[f] {
+			t.Errorf("README's configuration table lists --%s, which `worker run --help` does not", f)
+		}
 	}
 }

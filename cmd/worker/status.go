@@ -233,7 +233,7 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 
 	now := store.NowMs()
 	for _, r := range workers.All() {
-		if !r.HasScans() || !r.On(settings) || !running[r.Name] {
+		if !r.HasDue() || !r.On(settings) || !running[r.Name] {
 			continue
 		}
 		now := r.DueAt(now, settings)

@@ -436,6 +436,12 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target, running_count)
 			 VALUES ($1, $2, $3, '{"kind": "all_of"}'::jsonb, 1, 1)`, p, flow, d.id)
 		}
+		// The flow's own row, its tenant laid out as FlowFabric's
+		// create_flow writes it (namespace, and the tag as a top-level
+		// key): the flow summary projects it.
+		b.Queue(`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
+		 VALUES ($1, $2, 'open', $3, jsonb_build_object('namespace', $4::text, $5::text, $6::text))`,
+			p, flow, nowMs-60_000, Namespace, InstanceTagKey, InstanceTag)
 		// Committed DependencyStale before it falls due, as FlowFabric's
 		// engine would have written it (its namespace and tag in the
 		// event's own columns, which the tenant filter reads).
@@ -443,7 +449,7 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		b.Queue(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag,
 		        occurred_at_ms, committed_at_ms)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p, up, flow, outcome, Namespace, InstanceTag, dueMs-DependencyStale.Milliseconds())
-		c.Rows += 3 + 4 + 1
+		c.Rows += 3 + 4 + 1 + 1
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]

@@ -202,3 +202,31 @@ func TestNewNeedsTheCurrentPromoteFunction(t *testing.T) {
 		})
 	}
 }
+
+// TestPollOnlyRefusesPrimaryDispatch: a fleet polling instead of
+// listening (PollOnly, `--poll-only`) is refused when dependency is the
+// primary dispatcher (its stale threshold off), naming both flags, and
+// built with the default threshold, which needs no notification. A
+// regression builds the first fleet, whose completion events then wait for
+// the 15 s tick, silently, against what its settings asked for.
+func TestPollOnlyRefusesPrimaryDispatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testdb.New(t)
+	cfg := fleet.Config{Reconcilers: only(workers.Dependency), PollOnly: true,
+		DatabaseURL: db.URL, RiverSchema: testdb.RiverSchema, Logger: slog.New(slog.DiscardHandler)}
+
+	primary := cfg
+	primary.Settings = workers.Values{workers.DependencyStaleThreshold: workers.Off}
+	f, err := fleet.New(ctx, primary)
+	if err == nil {
+		f.Close()
+		t.Fatal("New: a polling fleet with primary dispatch was built; want it refused")
+	}
+	var ce *fleet.ConfigError
+	if !errors.As(err, &ce) || ce.Flag != "poll-only" || !strings.Contains(err.Error(), "--dependency-stale-threshold") {
+		t.Fatalf("New: %v; want a ConfigError of --poll-only naming --dependency-stale-threshold", err)
+	}
+
+	newFleet(t, db, cfg) // the default threshold polls the ticks only
+}

@@ -117,7 +117,7 @@ func New(cfg Config) *Metrics {
 	// Every reconciler with a deadline has its lateness series from the
 	// start, so that a panel shows it empty rather than missing.
 	for _, r := range workers.All() {
-		if !r.HasScans() || !r.Due.Always {
+		if !r.HasDue() || !r.Due.Always {
 			m.lateness.WithLabelValues(r.Name)
 		}
 	}
@@ -314,7 +314,7 @@ func newDBCollector(cfg Config) *dbCollector {
 	}
 	return &dbCollector{
 		gauges: gauges,
-		cfg: cfg,
+		cfg:    cfg,
 		due: prometheus.NewDesc(namespace+"_due_rows", "Rows due for a reconciler that pass this fleet's tenant filter (counted up to a cap).",
 			[]string{"reconciler"}, nil),
 		outside: prometheus.NewDesc(namespace+"_due_rows_outside_filter", "Due rows this fleet's tenant filter leaves to other fleets (skipped by filter).",
@@ -409,7 +409,7 @@ func (c *dbCollector) read() []prometheus.Metric {
 	for _, r := range workers.All() {
 		// The rows r takes in this fleet: with reconcilers sharing rows,
 		// its share (Reconciler.DueIn), so their due rows add up.
-		if !r.HasScans() {
+		if !r.HasDue() {
 			continue // no Due: its periodic job acts by itself
 		}
 		due := r.DueIn(running)

@@ -85,7 +85,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		// off here).
 		oldest := value(t, body, `ffreconcile_oldest_due_seconds{reconciler="`+r.Name+`"}`)
 		switch due := value(t, body, `ffreconcile_due_rows{reconciler="`+r.Name+`"}`); {
-		case !r.HasScans():
+		case !r.HasDue():
 			if due != -1 || oldest != -1 {
 				t.Errorf("%s exports due rows (%v) or their age (%v) though it has none", r.Name, due, oldest)
 			}
@@ -97,7 +97,7 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		// Lateness for every reconciler with a deadline, none for the
 		// cancel pair, whose groups have none.
 		lateness := value(t, body, `ffreconcile_lateness_seconds_count{reconciler="`+r.Name+`"}`)
-		if want := 0.0; r.HasScans() && r.Due.Always {
+		if want := 0.0; r.HasDue() && r.Due.Always {
 			if lateness != -1 {
 				t.Errorf("%s exports a lateness (%v) though its rows have no deadline", r.Name, lateness)
 			}
