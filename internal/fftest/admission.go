@@ -96,7 +96,7 @@ func InsertQuotaAdmitted(t testing.TB, db store.DB, partition int16, policy, exe
 	}
 }
 
-// InsertQuotaWindow inserts a sliding-window row of policy (dimension '', as
+// InsertQuotaWindow inserts a sliding-window row of policy (dimension ”, as
 // check_admission writes it) admitted at admittedAtMs.
 func InsertQuotaWindow(t testing.TB, db store.DB, partition int16, policy, execID string, admittedAtMs int64) {
 	t.Helper()
