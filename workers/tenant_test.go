@@ -56,6 +56,11 @@ var tenantFixtures = map[string]tenantFixture{
 	workers.AttemptTimeout.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
 		fftest.InsertAttempt(t, pool, p, exec(fftest.Exec{}), 0, fftest.Ms(now-1000))
 	},
+	// A runnable execution left pending_claim by an expired grant.
+	workers.ClaimGrantExpiry.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
+		id := exec(fftest.PendingClaim(p))
+		fftest.InsertGrant(t, pool, fftest.Grant{Partition: p, ExecutionID: id, ExpiresAtMs: now - 1000})
+	},
 	workers.ExecutionDeadline.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
 		exec(fftest.Exec{DeadlineAtMs: fftest.Ms(now - 1000)})
 	},
@@ -157,7 +162,7 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 			t.Errorf("reconciler %s has no fixture in tenantFixtures: a reconciler honouring the tenant filter must prove here that it leaves other tenants' rows alone", r.Name)
 			continue
 		}
-		p := int16(10 + 20*i)
+		p := int16(10 + 15*i) // within 0..255 for up to 17 reconcilers
 		insertAs := func(raw map[string]any, ids *[]string) func(fftest.Exec) string {
 			return func(e fftest.Exec) string {
 				e.Partition, e.RawFields = p, raw

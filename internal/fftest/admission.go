@@ -38,7 +38,7 @@ func InsertGrant(t testing.TB, db store.DB, g Grant) string {
 		INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
 		       lane_id, capability_hash, worker_capabilities, route_snapshot_json, admission_summary,
 		       grant_ttl_ms, issued_at_ms, expires_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $5 || '-i1', NULL, NULL, '[]'::jsonb, NULL, NULL, 1000, $6 - 1000, $6)`,
+		VALUES ($1, $2, $3, $4, $5, $5 || '-i1', NULL, NULL, '[]'::jsonb, NULL, NULL, 1000, $6::bigint - 1000, $6::bigint)`,
 		g.Partition, id[:], g.ExecutionID, g.Kind, g.WorkerID, g.ExpiresAtMs)
 	if err != nil {
 		t.Fatalf("insert ff_claim_grant: %v", err)
@@ -90,7 +90,7 @@ func InsertQuotaAdmitted(t testing.TB, db store.DB, partition int16, policy, exe
 	t.Helper()
 	_, err := db.Exec(context.Background(), `
 		INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
-		VALUES ($1, $2, $3, $4 - 1000, $4)`, partition, policy, execID, expiresAtMs)
+		VALUES ($1, $2, $3, $4::bigint - 1000, $4::bigint)`, partition, policy, execID, expiresAtMs)
 	if err != nil {
 		t.Fatalf("insert ff_quota_admitted: %v", err)
 	}
@@ -121,7 +121,7 @@ func InsertBudgetDedup(t testing.TB, db store.DB, partition int16, key string, e
 	t.Helper()
 	_, err := db.Exec(context.Background(), `
 		INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
-		VALUES ($1, $2, '{"outcome":"applied"}'::jsonb, $3 - 1000, $3)`, partition, key, expiresAtMs)
+		VALUES ($1, $2, '{"outcome":"applied"}'::jsonb, $3::bigint - 1000, $3::bigint)`, partition, key, expiresAtMs)
 	if err != nil {
 		t.Fatalf("insert ff_budget_usage_dedup: %v", err)
 	}
