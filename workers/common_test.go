@@ -153,7 +153,9 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.ClaimGrantExpireArgs{Partition: p, GrantID: id, DeadlineMs: deadlineMs}
 		},
-		scan: func(p int16) river.JobArgs { return jobs.ClaimGrantExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		scan: func(p int16) river.JobArgs {
+			return jobs.ClaimGrantExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.PendingClaim(p))
 			return fftest.InsertGrant(t, pool, fftest.Grant{Partition: p, ExecutionID: id, ExpiresAtMs: deadlineMs})
@@ -182,7 +184,9 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.BudgetDedupDeleteArgs{Partition: p, DedupKey: id, DeadlineMs: deadlineMs}
 		},
-		scan: func(p int16) river.JobArgs { return jobs.BudgetDedupExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		scan: func(p int16) river.JobArgs {
+			return jobs.BudgetDedupExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			key := "dedup-" + fftest.NewUUID()
 			fftest.InsertBudgetDedup(t, pool, p, key, deadlineMs)
