@@ -295,6 +295,59 @@ var dueCases = []dueCase{
 		},
 	},
 	{
+		name: "ExpiredClaimGrants", due: store.ExpiredClaimGrants,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			return fftest.InsertGrant(t, db, fftest.Grant{Partition: p, ExecutionID: execOf(t, db, p, ns, tag), ExpiresAtMs: at})
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Expired strictly before now (claim_execution still takes a
+			// grant at now); expiry 0 never expires.
+			exec := execOf(t, db, 150, "a", "")
+			old := fftest.InsertGrant(t, db, fftest.Grant{Partition: 150, ExecutionID: exec, Kind: "reclaim", ExpiresAtMs: now - 1})
+			fftest.InsertGrant(t, db, fftest.Grant{Partition: 150, ExecutionID: exec, ExpiresAtMs: now})
+			fftest.InsertGrant(t, db, fftest.Grant{Partition: 150, ExecutionID: exec, ExpiresAtMs: 0})
+			got := scan(t, db, store.ExpiredClaimGrants, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != old {
+				t.Fatalf("scan = %+v; want the grant expired before now only", got)
+			}
+		},
+	},
+	{
+		name: "ExpiredQuotaAdmissions", due: store.ExpiredQuotaAdmissions, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, _, _ string) string {
+			ex := "{fp:1}:" + fftest.NewUUID()
+			fftest.InsertQuotaAdmitted(t, db, p, "qp-"+strconv.FormatInt(at, 10), ex, at)
+			return "qp-" + strconv.FormatInt(at, 10) + "/" + ex
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Expired at exactly now (check_admission's guard is live while
+			// expires_at_ms > now).
+			fftest.InsertQuotaAdmitted(t, db, 150, "qp", "{fp:1}:x", now)
+			fftest.InsertQuotaAdmitted(t, db, 150, "qp", "{fp:1}:y", now+1)
+			got := scan(t, db, store.ExpiredQuotaAdmissions, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || keyOf(got[0]) != "qp/{fp:1}:x" {
+				t.Fatalf("scan = %+v; want the admission expiring at now only", got)
+			}
+		},
+	},
+	{
+		name: "ExpiredBudgetDedupKeys", due: store.ExpiredBudgetDedupKeys, missing: missingImpossible,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, _, _ string) string {
+			key := "dedup-" + fftest.NewUUID()
+			fftest.InsertBudgetDedup(t, db, p, key, at)
+			return key
+		},
+		extra: func(t *testing.T, db store.DB, now int64) {
+			fftest.InsertBudgetDedup(t, db, 150, "k-now", now)
+			old := "k-old"
+			fftest.InsertBudgetDedup(t, db, 150, old, now-1)
+			got := scan(t, db, store.ExpiredBudgetDedupKeys, 150, now, nil, 10, store.Filter{})
+			if len(got) != 1 || got[0].ID != old {
+				t.Fatalf("scan = %+v; want the key expired before now only", got)
+			}
+		},
+	},
+	{
 		name: "StaleWorkers", due: store.StaleWorkers, missing: missingImpossible,
 		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, _ string) string {
 			if ns == "" {

@@ -132,6 +132,48 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		t.Fatalf("budgets: %d, workers: %d, %v", len(budgetIDs), len(workerIDs), err)
 	}
 
+	// An expired grant of every runnable execution, and quota policies
+	// (each with an expired admission and a window row older than its
+	// window) and dedup keys as many, all due.
+	if _, err := db.Pool.Exec(ctx, `
+		WITH g AS (
+			INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
+			       grant_ttl_ms, issued_at_ms, expires_at_ms)
+			SELECT partition_key, sha256(execution_id::text::bytea), execution_id, 'claim', 'w', 'w-i', 1000, $2 - 2000, $2 - 1000
+			  FROM ff_exec_core WHERE partition_key = $1 AND lifecycle_phase = 'runnable'
+		), q AS (
+			INSERT INTO ff_quota_policy (partition_key, quota_policy_id, requests_per_window_seconds, max_requests_per_window,
+			       active_concurrency_cap, active_concurrency, created_at_ms, updated_at_ms)
+			SELECT $1, 'qp-' || g, 60, 10, 5, 2, 1, 1 FROM generate_series(1, $3::int) AS g
+		), a AS (
+			INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
+			SELECT $1, 'qp-' || g, '{fp:1}:' || g, $2 - 70000, $2 - 10000 FROM generate_series(1, $3::int) AS g
+		), w AS (
+			INSERT INTO ff_quota_window (partition_key, quota_policy_id, dimension, admitted_at_ms, execution_id)
+			SELECT $1, 'qp-' || g, '', $2 - 70000, '{fp:1}:' || g FROM generate_series(1, $3::int) AS g
+		)
+		INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
+		SELECT $1, 'dedup-' || g, '{}'::jsonb, 1, $2 - g FROM generate_series(1, $3::int) AS g`,
+		p, now, partitionRows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_claim_grant, ff_quota_policy, ff_quota_admitted, ff_quota_window, ff_budget_usage_dedup`); err != nil {
+		t.Fatal(err)
+	}
+	var grants, policies, admitted, dedupKeys []string
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT (SELECT array_agg(encode(grant_id, 'hex') ORDER BY grant_id) FROM (SELECT grant_id FROM ff_claim_grant
+		          WHERE partition_key = $1 ORDER BY grant_id LIMIT $2) g),
+		       (SELECT array_agg(quota_policy_id ORDER BY quota_policy_id) FROM (SELECT quota_policy_id FROM ff_quota_admitted
+		          WHERE partition_key = $1 ORDER BY quota_policy_id LIMIT $2) a),
+		       (SELECT array_agg(execution_id ORDER BY quota_policy_id) FROM (SELECT quota_policy_id, execution_id FROM ff_quota_admitted
+		          WHERE partition_key = $1 ORDER BY quota_policy_id LIMIT $2) a),
+		       (SELECT array_agg(dedup_key ORDER BY dedup_key) FROM (SELECT dedup_key FROM ff_budget_usage_dedup
+		          WHERE partition_key = $1 ORDER BY dedup_key LIMIT $2) d)`, p, batch).
+		Scan(&grants, &policies, &admitted, &dedupKeys); err != nil || len(grants) != batch || len(policies) != batch || len(dedupKeys) != batch {
+		t.Fatalf("grants: %d, policies: %d, dedup keys: %d, %v", len(grants), len(policies), len(dedupKeys), err)
+	}
+
 	type statement struct {
 		name string
 		sql  string
@@ -145,6 +187,11 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		// the same outside one.
 		{name: "ResetBudgets", sql: resetBudgetsSQL, args: []any{p, budgetIDs, now}},
 		{name: "SweepWorkers", sql: sweepWorkersSQL, args: []any{p, workerNamespaces, workerIDs, now}},
+		{name: "LockClaimGrantExecutions", sql: lockClaimGrantExecsSQL, args: []any{p, grants}},
+		{name: "SweepQuota", sql: sweepQuotaSQL, args: []any{p, policies, admitted, now}},
+		{name: "LockQuotaPolicies", sql: lockQuotaPoliciesSQL, args: []any{p, policies}},
+		{name: "RecountQuota", sql: recountQuotaSQL, args: []any{p, policies, now}},
+		{name: "DeleteBudgetDedupKeys", sql: deleteBudgetDedupKeysSQL, args: []any{p, dedupKeys, now}},
 	}
 	// Statements that re-check the tenant filter, without one and with
 	// one (its EXISTS probe of the execution must stay a key lookup).
@@ -155,6 +202,7 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		{name: "Promote", sql: promoteSQL, args: []any{p, ids, now}},
 		{name: "ExpireDeadlines", sql: expireDeadlinesSQL, args: []any{p, active, now}},
 		{name: "CloseWaitpoints", sql: closeWaitpointsSQL, args: []any{p, waitpoints, now}},
+		{name: "ExpireClaimGrants", sql: expireClaimGrantsSQL, args: []any{p, grants, now}},
 	} {
 		tests = append(tests,
 			statement{tt.name, tt.sql, append(tt.args, Filter{}.args()...)},

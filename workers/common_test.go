@@ -149,6 +149,54 @@ var deadlineRows = []deadlineRow{
 		},
 	},
 	{
+		r: workers.ClaimGrantExpiry, idArg: "grant_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.ClaimGrantExpireArgs{Partition: p, GrantID: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs {
+			return jobs.ClaimGrantExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.PendingClaim(p))
+			return fftest.InsertGrant(t, pool, fftest.Grant{Partition: p, ExecutionID: id, ExpiresAtMs: deadlineMs})
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.Count(t, pool, `SELECT count(*) FROM ff_claim_grant WHERE partition_key = $1 AND grant_id = decode($2, 'hex')`, p, id) == 0
+		},
+	},
+	{
+		r: workers.QuotaReconcile, idArg: "quota_policy_id",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.QuotaReconcileArgs{Partition: p, QuotaPolicyID: id, ExecutionID: "{fp:1}:" + id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs { return jobs.QuotaReconcileScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			id := "qp-" + fftest.NewUUID()
+			fftest.InsertQuotaAdmitted(t, pool, p, id, "{fp:1}:"+id, deadlineMs)
+			return id
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.Count(t, pool, `SELECT count(*) FROM ff_quota_admitted WHERE partition_key = $1 AND quota_policy_id = $2`, p, id) == 0
+		},
+	},
+	{
+		r: workers.BudgetDedupExpiry, idArg: "dedup_key",
+		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
+			return jobs.BudgetDedupDeleteArgs{Partition: p, DedupKey: id, DeadlineMs: deadlineMs}
+		},
+		scan: func(p int16) river.JobArgs {
+			return jobs.BudgetDedupExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
+		},
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			key := "dedup-" + fftest.NewUUID()
+			fftest.InsertBudgetDedup(t, pool, p, key, deadlineMs)
+			return key
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			return fftest.Count(t, pool, `SELECT count(*) FROM ff_budget_usage_dedup WHERE partition_key = $1 AND dedup_key = $2`, p, id) == 0
+		},
+	},
+	{
 		r: workers.WorkerRegistryTTL, idArg: "worker_instance_id",
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.WorkerSweepArgs{Partition: p, Namespace: "default", WorkerInstanceID: id, DeadlineMs: deadlineMs}

@@ -56,6 +56,11 @@ var tenantFixtures = map[string]tenantFixture{
 	workers.AttemptTimeout.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
 		fftest.InsertAttempt(t, pool, p, exec(fftest.Exec{}), 0, fftest.Ms(now-1000))
 	},
+	// A runnable execution left pending_claim by an expired grant.
+	workers.ClaimGrantExpiry.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
+		id := exec(fftest.PendingClaim(p))
+		fftest.InsertGrant(t, pool, fftest.Grant{Partition: p, ExecutionID: id, ExpiresAtMs: now - 1000})
+	},
 	workers.ExecutionDeadline.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
 		exec(fftest.Exec{DeadlineAtMs: fftest.Ms(now - 1000)})
 	},

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +20,9 @@ import (
 func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	t.Parallel()
 	db := testdb.New(t)
-	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--malformed", "--database-url", db.URL)
-	if code != 0 || !strings.HasPrefix(out, "demo: inserted 25 items") {
+	// One deck exactly.
+	code, out, stderr := runMain(t, context.Background(), "demo", "--once", "--malformed", "--rate", strconv.Itoa(demo.DeckSize), "--database-url", db.URL)
+	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("demo: inserted %d items", demo.DeckSize)) {
 		t.Fatalf("worker demo --once: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
@@ -28,7 +31,8 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	// behaviour), 4 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
 	// and one each of a passing deadline (leased for minutes: a sixth
 	// lease), an expiring waitpoint (of an eighth suspension, timing out
-	// after it), a budget due and a stale worker.
+	// after it), a budget due, a stale worker, a flow step, a claim grant,
+	// a full quota policy (two admissions) and a budget dedup key.
 	checks := []struct {
 		what string
 		sql  string
@@ -64,6 +68,12 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"workers", `SELECT count(*) FROM ff_worker_registry WHERE namespace = 'demo'`, 1},
 		{"flow steps", `SELECT count(*) FROM ff_completion_event ev WHERE dispatched_at_ms IS NULL AND namespace = 'demo'
 		   AND instance_tag = 'demo-1' AND (SELECT count(*) FROM ff_edge e WHERE e.flow_id = ev.flow_id) = 2`, 1},
+		{"claim grants", `SELECT count(*) FROM ff_claim_grant g JOIN ff_exec_core e USING (partition_key, execution_id)
+		   WHERE e.eligibility_state = 'pending_claim'`, 1},
+		{"quota admissions", `SELECT count(*) FROM ff_quota_admitted a JOIN ff_quota_policy p USING (partition_key, quota_policy_id)
+		   WHERE p.active_concurrency = 2 AND a.execution_id LIKE '{fp:%}:%'`, 2},
+		{"quota window rows", `SELECT count(*) FROM ff_quota_window`, 2},
+		{"budget dedup keys", `SELECT count(*) FROM ff_budget_usage_dedup`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -250,6 +260,28 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			          WHERE e.partition_key = s.partition_key AND e.flow_id = s.flow_id AND e.public_state = 'skipped')`)
 			want := c.Items[demo.FlowStep]
 			return flows == want && right == want, fleettest.Statusf("%d of %d flows summarised as their members stand", right, want)
+		},
+		// Every grant gone and its execution eligible again, waiting for a
+		// worker (no worker claims in the demo).
+		workers.ClaimGrantExpiry: func() (bool, string) {
+			grants := count(`SELECT count(*) FROM ff_claim_grant`)
+			reset := count(`SELECT count(*) FROM ff_exec_core WHERE attempt_state = 'pending_first_attempt'
+			   AND lifecycle_phase = 'runnable' AND eligibility_state = 'eligible_now'
+			   AND public_state = 'waiting' AND blocking_reason = 'waiting_for_worker'`)
+			want := c.Items[demo.GrantExpiring]
+			return grants == 0 && reset == want, fleettest.Statusf("%d grants left, %d of %d executions eligible again", grants, reset, want)
+		},
+		// Every admission and window row gone, every policy's counter back
+		// to zero.
+		workers.QuotaReconcile: func() (bool, string) {
+			left := count(`SELECT (SELECT count(*) FROM ff_quota_admitted) + (SELECT count(*) FROM ff_quota_window)`)
+			zeroed := count(`SELECT count(*) FROM ff_quota_policy WHERE active_concurrency = 0`)
+			want := c.Items[demo.AdmissionExpiring]
+			return left == 0 && zeroed == want, fleettest.Statusf("%d admission and window rows left, %d of %d policies at 0", left, zeroed, want)
+		},
+		workers.BudgetDedupExpiry: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_budget_usage_dedup`)
+			return left == 0, fleettest.Statusf("%d of %d dedup keys left", left, c.Items[demo.DedupExpiring])
 		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (

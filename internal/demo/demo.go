@@ -42,7 +42,7 @@ const DemoBudgetPartitions = 32
 // DefaultRate is the default number of items per second: about what a
 // small FlowFabric deployment produces, and enough to keep every reconciler
 // busy without flooding River UI.
-const DefaultRate = 25
+const DefaultRate = 30
 
 // UnknownBehavior is a timeout_behavior FlowFabric does not define; the
 // suspension-timeout reconciler applies it as fail, with a warning. The
@@ -108,6 +108,16 @@ const (
 	// blocked on that downstream. Succeeded and failed in turn: a success
 	// makes the first downstream eligible, a failure skips both (a chain).
 	FlowStep
+	// GrantExpiring is an execution a scheduler granted to a worker that
+	// never claimed it (pending_claim), its grant expiring about now.
+	GrantExpiring
+	// AdmissionExpiring is a quota policy with a concurrency cap, full:
+	// two admissions expiring about now, its counter at two, and two
+	// sliding-window rows older than its one-minute window.
+	AdmissionExpiring
+	// DedupExpiring is a budget usage report's idempotency key expiring
+	// about now.
+	DedupExpiring
 	numKinds
 )
 
@@ -116,7 +126,8 @@ const (
 const DependencyStale = 15 * time.Second
 
 var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group",
-	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step"}
+	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step",
+	"grant_expiring", "admission_expiring", "dedup_expiring"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -139,6 +150,7 @@ var deck = []Kind{
 	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
 	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
 	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale, FlowStep,
+	GrantExpiring, AdmissionExpiring, DedupExpiring,
 }
 
 // DeckSize is the smallest batch holding every kind and behaviour.
@@ -192,10 +204,12 @@ func (c *Counts) Add(o Counts) {
 // String is the one-line summary `worker demo` prints.
 func (c Counts) String() string {
 	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), "+
-		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed)",
+		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed), "+
+		"claim grants %d, quota admissions %d, budget dedup keys %d",
 		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
 		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending], c.Items[DeadlinePassing],
-		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed)
+		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed,
+		c.Items[GrantExpiring], c.Items[AdmissionExpiring], c.Items[DedupExpiring])
 }
 
 // Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -450,6 +464,40 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		        occurred_at_ms, committed_at_ms)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p, up, flow, outcome, Namespace, InstanceTag, dueMs-DependencyStale.Milliseconds())
 		c.Rows += 3 + 4 + 1 + 1
+	case GrantExpiring:
+		// As FlowFabric's scheduler leaves it: the execution pending its
+		// claim (the only column it writes), the grant's id a 32-byte
+		// digest.
+		id := f.uuid()
+		f.exec(b, execRow{p: p, id: id, phase: "runnable", ownership: "unowned", eligibility: "pending_claim",
+			public: "waiting", attempt: "pending_first_attempt", nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
+		        worker_capabilities, grant_ttl_ms, issued_at_ms, expires_at_ms)
+		 VALUES ($1, decode(md5($2) || md5($3), 'hex'), $4, 'claim', 'demo-worker', 'demo-worker-1', '[]'::jsonb,
+		        5000, $5::bigint - 5000, $5::bigint)`,
+			p, f.uuid(), f.uuid(), id, due(f.between(nowMs, -2000, 4000)))
+		c.Rows += 2
+	case AdmissionExpiring:
+		// check_admission's rows for two admissions: the policy's counter,
+		// each admission (the execution's wire id) and its window row.
+		qp, policy := int16(f.rng.IntN(DemoBudgetPartitions)), "demo-quota-"+f.uuid()
+		b.Queue(`INSERT INTO ff_quota_policy (partition_key, quota_policy_id, requests_per_window_seconds, max_requests_per_window,
+		        active_concurrency_cap, active_concurrency, created_at_ms, updated_at_ms)
+		 VALUES ($1, $2, 60, 100, 2, 2, $3, $3)`, qp, policy, nowMs-120_000)
+		expires := due(f.between(nowMs, -2000, 4000))
+		for range 2 {
+			exec := fmt.Sprintf("{fp:%d}:%s", p, f.uuid())
+			b.Queue(`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
+			 VALUES ($1, $2, $3, $4::bigint - 60000, $4::bigint)`, qp, policy, exec, expires)
+			b.Queue(`INSERT INTO ff_quota_window (partition_key, quota_policy_id, dimension, admitted_at_ms, execution_id)
+			 VALUES ($1, $2, '', $3, $4)`, qp, policy, expires-60_000, exec)
+		}
+		c.Rows += 5
+	case DedupExpiring:
+		b.Queue(`INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
+		 VALUES ($1, $2, '{"outcome": "applied"}'::jsonb, $3::bigint - 86400000, $3::bigint)`,
+			int16(f.rng.IntN(DemoBudgetPartitions)), "demo-usage-"+f.uuid(), due(f.between(nowMs, -2000, 4000)))
+		c.Rows++
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]
