@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
 	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
 	f.Bool(&quick, "quick", "FF_BENCH_QUICK", false, "small sizes for a smoke run (sizes below are then ignored)")
-	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: throughput, lateness, promote, failover, idle, scale, retention, dependency (repeatable)")
+	f.Strings(&sections, "section", "FF_BENCH_SECTIONS", "run only these sections: "+strings.Join(bench.SectionNames, ", ")+" (repeatable)")
 	f.Strings(&reconcilers, "reconciler", "FF_BENCH_RECONCILERS", "limit throughput and lateness to these reconcilers (repeatable)")
 	f.Int(&cfg.Due, "due", "FF_BENCH_DUE", cfg.Due, "due rows per throughput run")
 	f.Int(&cfg.DependencyEvents, "dependency-events", "FF_BENCH_DEPENDENCY_EVENTS", cfg.DependencyEvents, "completion events the dependency section dispatches per design")
@@ -73,12 +74,10 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		cfg = q
 	}
 	for _, part := range sections {
-		switch part {
-		case "throughput", "lateness", "promote", "failover", "idle", "scale", "retention", "dependency":
-			cfg.Sections = append(cfg.Sections, part)
-		default:
-			return badUsage("unknown section %q (want throughput, lateness, promote, failover, idle, scale, retention or dependency)", part)
+		if !slices.Contains(bench.SectionNames, part) {
+			return badUsage("unknown section %q (want one of %s)", part, strings.Join(bench.SectionNames, ", "))
 		}
+		cfg.Sections = append(cfg.Sections, part)
 	}
 	if len(commits) > 0 {
 		cfg.CommitModes = nil

@@ -41,8 +41,12 @@ type Config struct {
 	// section dispatches per design (default 5,000: FlowFabric's loop
 	// takes a minute or more for them).
 	DependencyEvents int
-	NotDueFactor     int   // not-due rows per due row (default 10)
-	PoolSizes        []int // connection counts for the per-row pool reference
+	// FinishedFlows is the number of finished flows (three members each)
+	// the flows section projects, then keeps beside an idle fleet
+	// (default 100,000).
+	FinishedFlows int
+	NotDueFactor  int   // not-due rows per due row (default 10)
+	PoolSizes     []int // connection counts for the per-row pool reference
 
 	LatenessRate int           // due rows per second in the lateness runs
 	LatenessFor  time.Duration // duration of each lateness run
@@ -86,8 +90,7 @@ type Config struct {
 	// its fleet of real processes with (cmd/worker passes its own).
 	WorkerBinary string
 
-	// Sections limits the run to some of: throughput, lateness, promote,
-	// failover, idle, scale, retention, dependency.
+	// Sections limits the run to some of SectionNames.
 	Sections []string
 	// OursOnly skips the reference designs in the throughput runs (for
 	// tuning ours; the report then has no ratios).
@@ -110,14 +113,19 @@ func Defaults() Config {
 		RetentionBacklog: 1_000_000,
 		PromoteFor:       10 * time.Second, PromoteConns: 8,
 		DependencyEvents: 5_000,
+		FinishedFlows:    100_000,
 	}
 }
+
+// SectionNames are the sections a run has, in the order they run.
+var SectionNames = []string{"throughput", "lateness", "promote", "failover", "idle", "scale", "dependency", "retention", "flows"}
 
 // Quick returns sizes small enough for a smoke run.
 func Quick() Config {
 	c := Defaults()
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
 	c.DependencyEvents = 1_000
+	c.FinishedFlows = 5_000
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
@@ -312,6 +320,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return rep, fmt.Errorf("retention: %w", err)
 		}
 		rep.Retention = res
+	}
+	if cfg.wants("flows") {
+		res, err := e.flows(ctx)
+		rep.Flows = res
+		if err != nil {
+			return rep, fmt.Errorf("flows: %w", err)
+		}
 	}
 	rep.Finished = time.Now()
 	return rep, nil

@@ -100,33 +100,15 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 func (e *env) idleRun(ctx context.Context, set idleSet) (IdleRun, error) {
 	run := IdleRun{Set: set.name}
 	e.progress("idle, %s: ours for %s", set.name, e.cfg.IdleFor)
-	tr := &countingTracer{}
-	fc := withTracer(e.fleetConfig(), tr)
+	fc := e.fleetConfig()
 	if set.reconcilers != nil {
 		fc.Reconcilers = map[string]time.Duration{}
 		for _, r := range set.reconcilers {
 			fc.Reconcilers[r.Name] = r.Interval
 		}
 	}
-	f, err := fleet.New(ctx, fc)
-	if err != nil {
-		return run, err
-	}
-	if err := f.Start(ctx); err != nil {
-		f.Close()
-		return run, err
-	}
-	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
-	var apps []string
-	for _, pool := range []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"} {
-		apps = append(apps, store.ConnTagged(pool, f.ConnTag))
-	}
-	run.Ours, err = e.measure(ctx, apps, func() int64 { return tr.n.Load() })
-	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_ = f.Stop(stopCtx)
-	cancel()
-	f.Close()
-	if err != nil {
+	var err error
+	if run.Ours, err = e.idleOurs(ctx, fc); err != nil {
 		return run, err
 	}
 
@@ -171,6 +153,31 @@ func (e *env) idleRun(ctx context.Context, set idleSet) (IdleRun, error) {
 	e.progress("idle, %s: ours %.1f stmt/s, %.2f%% CPU; seed %.1f stmt/s, %.2f%% CPU", set.name,
 		run.Ours.StatementsPerSec, run.Ours.BackendCPUPct, run.Seed.StatementsPerSec, run.Seed.BackendCPUPct)
 	return run, nil
+}
+
+// idleOurs starts a fleet of fc and measures what it costs over the idle
+// window, once elected and ticking.
+func (e *env) idleOurs(ctx context.Context, fc fleet.Config) (IdleCost, error) {
+	tr := &countingTracer{}
+	f, err := fleet.New(ctx, withTracer(fc, tr))
+	if err != nil {
+		return IdleCost{}, err
+	}
+	if err := f.Start(ctx); err != nil {
+		f.Close()
+		return IdleCost{}, err
+	}
+	time.Sleep(3 * time.Second) // leader election, first ticks, pools warm
+	var apps []string
+	for _, pool := range []string{"ffreconcile-river", "ffreconcile-work", "ffreconcile-tick"} {
+		apps = append(apps, store.ConnTagged(pool, f.ConnTag))
+	}
+	cost, err := e.measure(ctx, apps, func() int64 { return tr.n.Load() })
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+	f.Close()
+	return cost, err
 }
 
 // measure samples, over the idle window, the statements counted client-side,

@@ -40,6 +40,7 @@ type Report struct {
 	Scale      ScaleResult
 	Retention  RetentionResult
 	Dependency DependencyResult
+	Flows      FlowsResult
 }
 
 func yesNo(b bool) string {
@@ -376,6 +377,33 @@ func (r *Report) Markdown() string {
 		p("")
 		p("Primary dispatch (`--dependency-stale-threshold 0`): %d events (one edge each) fed at %d/s into one fleet process,", d.PrimaryEvents, d.PrimaryRate)
 		p("each event's `dispatched_at_ms − committed_at_ms`: p50 %s, p99 %s, max %s. %s.", d.PrimaryP50, d.PrimaryP99, d.PrimaryMax, d.PrimaryStats)
+	}
+	if fl := r.Flows; fl.Flows > 0 {
+		p("")
+		p("## Flow summaries")
+		p("")
+		p("%d finished flows of FlowFabric's layout (`ff_flow_core`), three members each (%d executions, ended an hour ago,", fl.Flows, fl.Members)
+		p("one flow in ten failed), over every partition. A fleet running `flow_summary` alone, from its start to the last")
+		p("summary written: its first pass, the backfill of a fleet started on an existing database (each partition's job")
+		p("reads the members ended after its mark, a batch of flows per statement). Every summary is checked against its")
+		p("members.")
+		p("")
+		p("| flows | time | flows/s | machine CPU per flow |")
+		p("|---|---|---|---|")
+		p("| %d | %s | %.0f | %s |", fl.Flows, fl.ProjectTime.Round(time.Millisecond), float64(fl.Flows)/fl.ProjectTime.Seconds(), fl.ProjectCPU.Machine)
+		p("")
+		p("Ours: %s.", fl.Stats)
+		p("")
+		p("The default fleet idle (%s, measured as in \"Idle cost\"), on an empty database and beside the %d projected", r.Config.IdleFor, fl.Flows)
+		p("flows: a finished flow is never read again, so the two should match.")
+		p("")
+		p("| database | statements/s | Postgres CPU (%% of a core) | transactions/s |")
+		p("|---|---|---|---|")
+		p("| empty | %.1f | %.2f | %.1f |", fl.IdleEmpty.StatementsPerSec, fl.IdleEmpty.BackendCPUPct, fl.IdleEmpty.XactPerSec)
+		p("| %d finished flows | %.1f | %.2f | %.1f |", fl.Flows, fl.IdleFinished.StatementsPerSec, fl.IdleFinished.BackendCPUPct, fl.IdleFinished.XactPerSec)
+		p("")
+		p("Target: the finished flows add nothing to the idle statements (within 10 %%): %s.",
+			verdict(fl.IdleFinished.StatementsPerSec <= 1.1*fl.IdleEmpty.StatementsPerSec))
 	}
 	if t := r.Retention; t.Backlog > 0 {
 		p("")

@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// FlowsResult is the flows section: the flow summary's projection rate
+// over a backfill of finished flows, and what those flows cost an idle
+// fleet once projected.
+type FlowsResult struct {
+	Flows   int // finished flows, three members each
+	Members int
+
+	// ProjectTime is a fleet running flow_summary alone, from its start to
+	// the last flow's summary written (its first pass: every member ended
+	// before any mark, the backfill of a fleet started on an existing
+	// database).
+	ProjectTime time.Duration
+	ProjectCPU  CPUCost
+	Stats       string
+
+	// IdleEmpty and IdleFinished are the default fleet idle on an empty
+	// database and on the one holding the projected flows: the projector
+	// never reads a finished flow again, so they should be alike.
+	IdleEmpty, IdleFinished IdleCost
+}
+
+// seedFinishedFlows fills the bench database with n flows of FlowFabric's
+// layout (ff_flow_core), each with three members that ended an hour ago:
+// two completed, one failed on every tenth flow.
+func (e *env) seedFinishedFlows(ctx context.Context, n int) error {
+	ended := time.Now().Add(-time.Hour).UnixMilli()
+	stmts := []string{
+		`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
+		 SELECT (g % 256)::smallint, md5('flow' || g)::uuid, 'open', $2::bigint - 60000, '{"namespace": "bench"}'
+		   FROM generate_series(1, $1) AS g`,
+		`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+		        eligibility_state, public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
+		 SELECT (g % 256)::smallint, md5('member' || g || '-' || m)::uuid, md5('flow' || g)::uuid, 'default', 'terminal',
+		        'unowned', 'not_applicable', CASE WHEN m = 3 AND g % 10 = 0 THEN 'failed' ELSE 'completed' END,
+		        'attempt_terminal', $2::bigint - 60000, $2::bigint + m, '{"namespace": "bench"}'
+		   FROM generate_series(1, $1) AS g, generate_series(1, 3) AS m`,
+	}
+	for _, s := range stmts {
+		if _, err := e.pool.Exec(ctx, s, n, ended); err != nil {
+			return fmt.Errorf("seed finished flows: %w", err)
+		}
+	}
+	return e.settle(ctx, true)
+}
+
+func (e *env) flows(ctx context.Context) (FlowsResult, error) {
+	n := e.cfg.FinishedFlows
+	res := FlowsResult{Flows: n, Members: 3 * n}
+
+	if err := e.reset(ctx); err != nil {
+		return res, err
+	}
+	e.progress("flows: default fleet idle on an empty database for %s", e.cfg.IdleFor)
+	var err error
+	if res.IdleEmpty, err = e.idleOurs(ctx, e.fleetConfig()); err != nil {
+		return res, fmt.Errorf("idle, no flows: %w", err)
+	}
+
+	e.progress("flows: seeding %d finished flows (%d members)", n, 3*n)
+	if err := e.seedFinishedFlows(ctx, n); err != nil {
+		return res, err
+	}
+	e.progress("flows: flow_summary alone projecting them")
+	fc := e.fleetConfig()
+	fc.Reconcilers = map[string]time.Duration{workers.FlowSummary.Name: workers.FlowSummary.Interval}
+	f, err := fleet.New(ctx, fc)
+	if err != nil {
+		return res, err
+	}
+	cpu := sampleCPU()
+	start := time.Now()
+	if err := f.Start(ctx); err != nil {
+		f.Close()
+		return res, err
+	}
+	done, err := waitDrained(ctx, 10*time.Minute, func(ctx context.Context) (int, error) {
+		var left int
+		err := e.pool.QueryRow(ctx, `SELECT $1::int - count(*) FROM ff_flow_summary`, n).Scan(&left)
+		return left, err
+	})
+	res.ProjectTime, res.ProjectCPU = done.Sub(start), cpu.per(n)
+	res.Stats = statsLine(f.Workers.Stats().For(workers.FlowSummary.Name).Snapshot(), nil)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+	f.Close()
+	if err != nil {
+		return res, fmt.Errorf("projecting %d flows: %w", n, err)
+	}
+	var wrong int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM ff_flow_summary
+		 WHERE total_members <> 3 OR members_completed + members_failed <> 3
+		    OR public_flow_state <> CASE WHEN members_failed > 0 THEN 'failed' ELSE 'completed' END`).Scan(&wrong); err != nil {
+		return res, err
+	}
+	if wrong != 0 {
+		return res, fmt.Errorf("%d of %d flow summaries do not say what their members are", wrong, n)
+	}
+	e.progress("flows: %d flows projected in %s (%.0f/s)", n, res.ProjectTime.Round(time.Millisecond), float64(n)/res.ProjectTime.Seconds())
+
+	e.progress("flows: default fleet idle beside %d finished flows for %s", n, e.cfg.IdleFor)
+	if res.IdleFinished, err = e.idleOurs(ctx, e.fleetConfig()); err != nil {
+		return res, fmt.Errorf("idle, %d finished flows: %w", n, err)
+	}
+	e.progress("flows: idle %.1f stmt/s empty, %.1f stmt/s beside %d finished flows",
+		res.IdleEmpty.StatementsPerSec, res.IdleFinished.StatementsPerSec, n)
+	return res, nil
+}
