@@ -2,6 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // DelayedExecutions are delayed executions (runnable +
@@ -166,4 +170,29 @@ func promoteOutcome(promoted bool, phase, elig *string, deadline *int64, nowMs i
 		r.Outcome = PromoteRaced
 	}
 	return r
+}
+
+// PromotionTarget is what a promotion will find of its execution now:
+// Exists false when ff_exec_core has no such row, Delayed when it is
+// runnable and delayed (what a promotion acts on).
+type PromotionTarget struct {
+	Exists, Delayed bool
+	PublicState     string
+}
+
+// ReadPromotionTarget reads the execution a promotion names, for the
+// promote CLI to say when its job will change nothing. Index: ff_exec_core's
+// primary key.
+func ReadPromotionTarget(ctx context.Context, db DB, partition int16, executionID string) (PromotionTarget, error) {
+	var t PromotionTarget
+	err := db.QueryRow(ctx, `
+SELECT true, lifecycle_phase = 'runnable' AND eligibility_state = 'not_eligible_until_time', public_state
+  FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2::uuid`, partition, executionID).Scan(&t.Exists, &t.Delayed, &t.PublicState)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PromotionTarget{}, nil
+	}
+	if err != nil {
+		return t, fmt.Errorf("read execution %d/%s: %w", partition, executionID, err)
+	}
+	return t, nil
 }

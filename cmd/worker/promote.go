@@ -143,15 +143,32 @@ func promoteCommand(ctx context.Context, args []string, stdout, _ io.Writer, _ *
 	if err != nil {
 		return fmt.Errorf("enqueue promotion: %w", dbconn.Scrub(err, pc.databaseURL))
 	}
+	target, _ := pc.args.Target()
 	if res.UniqueSkippedAsDuplicate {
 		fmt.Fprintf(stdout, "skipped: an identical promotion is already queued (job %d)\n", res.Job.ID)
-		return nil
+	} else {
+		when := "now"
+		if pc.args.At != nil {
+			when = "at " + pc.args.At.Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(stdout, "enqueued job %d: promote %s %s\n", res.Job.ID, target, when)
 	}
-	target, _ := pc.args.Target()
-	when := "now"
-	if pc.args.At != nil {
-		when = "at " + pc.args.At.Format(time.RFC3339Nano)
-	}
-	fmt.Fprintf(stdout, "enqueued job %d: promote %s %s\n", res.Job.ID, target, when)
+	promoteNote(ctx, pool, target, stdout)
 	return nil
+}
+
+// promoteNote says, after the job is in, when it will change nothing as
+// things stand: the execution is missing, or is not delayed. The job is
+// enqueued all the same (a service may enqueue a promotion before the
+// execution is written; the job re-checks when it runs). A database
+// without FlowFabric's tables, or a failed read, says nothing.
+func promoteNote(ctx context.Context, db store.DB, target jobs.ExecutionID, stdout io.Writer) {
+	t, err := store.ReadPromotionTarget(ctx, db, target.Partition, target.UUID)
+	switch {
+	case err != nil:
+	case !t.Exists:
+		fmt.Fprintf(stdout, "note: execution %s is not in ff_exec_core (yet): unless it is written as delayed before the job runs, the promotion changes nothing\n", target)
+	case !t.Delayed:
+		fmt.Fprintf(stdout, "note: execution %s is not delayed (public state %s): unless it is delayed again before the job runs, the promotion changes nothing\n", target, t.PublicState)
+	}
 }

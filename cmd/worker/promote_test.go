@@ -148,6 +148,18 @@ func TestPromoteEnqueuesAndFleetPromotes(t *testing.T) {
 		b, sched[2]).Scan(&sqlJob, &dup); err != nil || !dup || strconv.FormatInt(sqlJob, 10) != sched[1] {
 		t.Fatalf("SQL call after the CLI: job %d, duplicate %v, %v; want job %s, duplicate", sqlJob, dup, err, sched[1])
 	}
+	// A promotion that would change nothing as things stand is enqueued
+	// all the same (the execution may be written later), with a note.
+	missing, running := fftest.NewUUID(), fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 9})
+	for _, c := range []struct{ id, note string }{
+		{"{fp:9}:" + missing, `note: execution \{fp:9\}:` + missing + ` is not in ff_exec_core \(yet\)`},
+		{"{fp:9}:" + running, `note: execution \{fp:9\}:` + running + ` is not delayed \(public state running\)`},
+	} {
+		code, out, stderr = runMain(t, ctx, "promote", "--database-url", db.URL, "--execution", c.id)
+		if re := `^enqueued job \d+: promote .* now\n` + c.note + `.*changes nothing\n$`; code != 0 || !regexp.MustCompile(re).MatchString(out) {
+			t.Fatalf("promote %s: exit %d, stdout %q, stderr %q; want it enqueued with a note matching %s", c.id, code, out, stderr, re)
+		}
+	}
 	code, _, stderr = runMain(t, ctx, "promote", "--database-url", db.URL, "--river-schema", "elsewhere", "--execution", "{fp:7}:"+a)
 	if code != 1 || !strings.Contains(stderr, `River's tables are missing from schema "elsewhere"`) {
 		t.Fatalf("missing schema: exit %d, stderr %q; want 1 naming the schema", code, stderr)
