@@ -18,8 +18,9 @@
 //
 // Those that act on rows set-based have no row job: retention's partition
 // job ("ff.retention.trim", in place of a scan) deletes its partition's
-// rows itself, and outbox retention's periodic job ("ff.outbox_retention.
-// trim", in place of a tick) trims by itself.
+// rows itself, flow summary's ("ff.flow_summary.project") projects its
+// partition's flows a batch per statement, and outbox retention's periodic
+// job ("ff.outbox_retention.trim", in place of a tick) trims by itself.
 //
 // # Follow-up scans
 //

@@ -20,7 +20,8 @@ import (
 // (registry.go). Everything that differs between reconcilers is here or in
 // the code its fields point to: its name, default interval, partition
 // space, what makes its rows due (its store.Due, in store/<name>.go), and
-// its three kinds of job with their workers (its args in jobs/<name>.go).
+// its kinds of job with their workers (tick, scan and row for most; its
+// args in jobs/<name>.go).
 // The periodic set-up, the fleet, stats, metrics, `worker status` and the
 // validation of job args all walk the registry.
 type Reconciler struct {

@@ -11,6 +11,11 @@ import (
 // settings, queue and side channel), a migrations file when it needs
 // objects of ours in the database, and a line here; every other part of the
 // program walks this list (TestEveryReconcilerIsNamedOnlyInItsOwnFiles).
+// The tests walk it too, and fail until the new reconciler has its case in
+// each suite that proves something of every reconciler: its due rows
+// (store's dueCases), a row falling due (workers' deadlineRows), another
+// tenant's rows (tenantFixtures), a bad raw job of each kind, and the
+// demo's rows with their check (internal/demo, cmd/worker's demo test).
 var registry = []*Reconciler{
 	LeaseExpiry,
 	SuspensionTimeout,

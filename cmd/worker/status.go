@@ -389,7 +389,10 @@ func writeStatusText(w io.Writer, rep *statusReport) error {
 	p("\n")
 	switch l := rep.Leader; {
 	case l == nil:
-		p("Leader: none elected (no worker has run against this schema)\n")
+		// A worker stopping cleanly resigns and deletes its heartbeat, so
+		// nothing here tells "never ran" from "stopped": say what is true
+		// of both.
+		p("Leader: none elected (no worker is running against this schema; one that stops resigns its leadership)\n")
 	case l.Expired:
 		p("Leader: none; %s's leadership lapsed %s ago (no worker running?)\n", l.LeaderID, roundAge(-l.ExpiresInSeconds))
 	default:
