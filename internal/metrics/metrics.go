@@ -314,7 +314,7 @@ func newDBCollector(cfg Config) *dbCollector {
 	}
 	return &dbCollector{
 		gauges: gauges,
-		cfg: cfg,
+		cfg:    cfg,
 		due: prometheus.NewDesc(namespace+"_due_rows", "Rows due for a reconciler that pass this fleet's tenant filter (counted up to a cap).",
 			[]string{"reconciler"}, nil),
 		outside: prometheus.NewDesc(namespace+"_due_rows_outside_filter", "Due rows this fleet's tenant filter leaves to other fleets (skipped by filter).",

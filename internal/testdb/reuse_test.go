@@ -253,10 +253,15 @@ func TestBaselineTakesAnAnalyzedCatalog(t *testing.T) {
 }
 
 // TestANewTemplateDropsTheOldOnesClones: building the template of a new
-// DDL version drops the older template and the clones of it offered for
-// reuse, and leaves another family's alone. A regression shows as a test
-// cluster growing by a pool of ~200 MB databases with every schema change
-// (four development clusters in /dev/shm once filled the machine's RAM so).
+// DDL version drops the templates of its family unused for templateIdle
+// and the clones offered for reuse of every template not kept (an idle
+// one's, a vanished one's), and keeps a template of another version used
+// recently with its clones, and another family's. A regression shows as a
+// test cluster growing by a pool of ~200 MB databases with every schema
+// change (four development clusters in /dev/shm once filled the machine's
+// RAM so), or as two checkouts sharing a server through TEST_DATABASE_URL
+// dropping each other's templates under their running tests ("template
+// database ... does not exist").
 func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -274,9 +279,19 @@ func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	recent, err := ensureTemplate(ctx, prefix, "recent", noMigration)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// old was last used long ago.
+	if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{old}.Sanitize()+" IS 'ffreconcile test template, last used 1'"); err != nil {
+		t.Fatal(err)
+	}
 	oldClone := freePrefix(old) + randomSuffix()
+	recentClone := freePrefix(recent) + randomSuffix()
+	goneClone := freePrefix(prefix+"gone") + randomSuffix()
 	otherClone := freePrefix(other+"v1") + randomSuffix()
-	for _, name := range []string{oldClone, otherClone} {
+	for _, name := range []string{oldClone, recentClone, goneClone, otherClone} {
 		if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 			t.Fatal(err)
 		}
@@ -286,7 +301,7 @@ func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for _, name := range []string{old, oldClone, otherClone, newer} {
+		for _, name := range []string{old, recent, oldClone, recentClone, goneClone, otherClone, newer} {
 			dropDatabase(name)
 		}
 	})
@@ -298,7 +313,10 @@ func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
 		}
 		return ok
 	}
-	for name, want := range map[string]bool{old: false, oldClone: false, newer: true, otherClone: true} {
+	for name, want := range map[string]bool{
+		old: false, oldClone: false, goneClone: false,
+		recent: true, recentClone: true, newer: true, otherClone: true,
+	} {
 		if got := exists(name); got != want {
 			t.Errorf("database %s exists: %v; want %v", name, got, want)
 		}

@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -394,11 +395,20 @@ func analyzeCatalogs(ctx context.Context, dbURL string) error {
 	return nil
 }
 
+// templateIdle is how long a template of another DDL version is kept
+// unused: two checkouts (a branch and main, two CI jobs) sharing one server
+// through TEST_DATABASE_URL each keep their own, where dropping every other
+// version at once had each drop the other's template under its running
+// tests ("template database ... does not exist").
+const templateIdle = 6 * time.Hour
+
 // ensureTemplate builds a template database named prefix+fingerprint once
-// per server and DDL version, with migrate. Test binaries of several
-// packages run in parallel, so the build is serialised with an advisory lock
-// and published by a rename only when complete; templates of the same prefix
-// and another fingerprint are dropped.
+// per server and DDL version, with migrate, and marks it used (its comment:
+// the time, read by the next build of another version). Test binaries of
+// several packages run in parallel, so the build is serialised with an
+// advisory lock and published by a rename only when complete. Templates of
+// the same prefix unused for templateIdle are dropped, and so are the
+// clones offered for reuse of templates no longer there.
 func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate func(ctx context.Context, dbURL string) error) (string, error) {
 	name := prefix + fingerprint
 	admin, err := pgx.Connect(ctx, AdminURL())
@@ -414,34 +424,22 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 	}
 	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1))`, lock) //nolint:errcheck
 
+	markUsed := func() (string, error) {
+		comment := fmt.Sprintf("ffreconcile test template, last used %d", time.Now().Unix())
+		if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS "+quoteLiteral(comment)); err != nil {
+			return "", fmt.Errorf("mark template %s used: %w", name, err)
+		}
+		return name, nil
+	}
 	var exists bool
 	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
 		return "", err
 	}
 	if exists {
-		return name, nil
+		return markUsed()
 	}
-
-	// Templates of older DDL versions and half-built ones are of no further
-	// use, nor are the clones of them offered for reuse (freeFamily): left,
-	// every schema change would leave a pool of ~200 MB databases behind, on
-	// a cluster that may live in RAM (scripts/test-postgres.sh). Offered
-	// clones are connected to by no one; one in use is not offered.
-	rows, err := admin.Query(ctx, `SELECT datname FROM pg_database
-		WHERE starts_with(datname, $1)
-		   OR (starts_with(datname, $2) AND NOT starts_with(datname, $3))`,
-		prefix, freeFamily(prefix), freePrefix(name))
-	if err != nil {
+	if err := dropStaleTemplates(ctx, admin, prefix, name, time.Now().Add(-templateIdle)); err != nil {
 		return "", err
-	}
-	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", err
-	}
-	for _, s := range stale {
-		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s}.Sanitize()+" WITH (FORCE)"); err != nil {
-			return "", err
-		}
 	}
 
 	building := name + "_building"
@@ -462,8 +460,62 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 		pgx.Identifier{building}.Sanitize(), pgx.Identifier{name}.Sanitize())); err != nil {
 		return "", err
 	}
-	return name, nil
+	return markUsed()
 }
+
+// dropStaleTemplates drops, before template name is built, the templates of
+// prefix last used before usedBefore (or never marked: half-built ones,
+// whose build this caller's lock shows dead), and the clones offered for
+// reuse (freeFamily) of every template not kept. Left, every schema change
+// would leave ~200 MB databases behind, on a cluster that may live in RAM
+// (scripts/test-postgres.sh). Offered clones are connected to by no one; one
+// in use is not offered.
+func dropStaleTemplates(ctx context.Context, admin *pgx.Conn, prefix, name string, usedBefore time.Time) error {
+	rows, err := admin.Query(ctx, `SELECT datname, COALESCE(shobj_description(oid, 'pg_database'), '') FROM pg_database
+		WHERE starts_with(datname, $1) OR starts_with(datname, $2)`, prefix, freeFamily(prefix))
+	if err != nil {
+		return err
+	}
+	type db struct{ name, comment string }
+	dbs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (db, error) {
+		var d db
+		return d, r.Scan(&d.name, &d.comment)
+	})
+	if err != nil {
+		return err
+	}
+	kept := []string{name}
+	var stale []string
+	for _, d := range dbs {
+		if !strings.HasPrefix(d.name, prefix) {
+			continue
+		}
+		var used int64
+		if _, err := fmt.Sscanf(d.comment, "ffreconcile test template, last used %d", &used); err == nil && used >= usedBefore.Unix() {
+			kept = append(kept, d.name)
+		} else {
+			stale = append(stale, d.name)
+		}
+	}
+	for _, d := range dbs {
+		if strings.HasPrefix(d.name, prefix) {
+			continue
+		}
+		if !slices.ContainsFunc(kept, func(k string) bool { return strings.HasPrefix(d.name, freePrefix(k)) }) {
+			stale = append(stale, d.name)
+		}
+	}
+	for _, s := range stale {
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{s}.Sanitize()+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop stale test database %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+// quoteLiteral quotes s as an SQL string literal (COMMENT takes no
+// parameter).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func migrateInto(ctx context.Context, dbURL string) error {
 	pool, err := pgxpool.New(ctx, dbURL)
