@@ -145,6 +145,9 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		// the same outside one.
 		{name: "ResetBudgets", sql: resetBudgetsSQL, args: []any{p, budgetIDs, now}},
 		{name: "SweepWorkers", sql: sweepWorkersSQL, args: []any{p, workerNamespaces, workerIDs, now}},
+		// The cancel backlog's cancel of a header's live members (locked
+		// and filtered before it), here active with their attempts.
+		{name: "CancelBacklogMembers", sql: cancelBacklogMembersSQL, args: []any{p, active, now, "reason", BacklogCancelSource}},
 	}
 	// Statements that re-check the tenant filter, without one and with
 	// one (its EXISTS probe of the execution must stay a key lookup).

@@ -17,6 +17,7 @@ var registry = []*Reconciler{
 	DelayedPromotion,
 	CancelDispatch,
 	CancelReconcile,
+	CancelBacklog,
 	AttemptTimeout,
 	ExecutionDeadline,
 	WaitpointExpiry,

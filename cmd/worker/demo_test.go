@@ -25,10 +25,10 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
 
 	// One deck: 3 expired + 2 expiring leases, 7 suspensions (one per
-	// behaviour), 4 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
+	// behaviour), 3 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
 	// and one each of a passing deadline (leased for minutes: a sixth
 	// lease), an expiring waitpoint (of an eighth suspension, timing out
-	// after it), a budget due and a stale worker.
+	// after it), a budget due, a stale worker and a cancel backlog.
 	checks := []struct {
 		what string
 		sql  string
@@ -46,7 +46,7 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"NULL behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior IS NULL`, 1},
 		{"unknown behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior = '` + demo.UnknownBehavior + `'`, 1},
 		{"delayed", `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'runnable'
-		   AND eligibility_state = 'not_eligible_until_time' AND deadline_at_ms IS NOT NULL`, 4},
+		   AND eligibility_state = 'not_eligible_until_time' AND deadline_at_ms IS NOT NULL`, 3},
 		{"flagged groups", `SELECT count(*) FROM ff_edge_group g JOIN ff_pending_cancel_groups USING (partition_key, flow_id, downstream_eid)
 		   WHERE g.cancel_siblings_pending_flag AND cardinality(g.cancel_siblings_pending_members) >= 2`, 2},
 		{"members not live siblings", `SELECT count(*) FROM ff_edge_group g, unnest(g.cancel_siblings_pending_members) AS m
@@ -64,6 +64,10 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"workers", `SELECT count(*) FROM ff_worker_registry WHERE namespace = 'demo'`, 1},
 		{"flow steps", `SELECT count(*) FROM ff_completion_event ev WHERE dispatched_at_ms IS NULL AND namespace = 'demo'
 		   AND instance_tag = 'demo-1' AND (SELECT count(*) FROM ff_edge e WHERE e.flow_id = ev.flow_id) = 2`, 1},
+		{"cancel backlogs", `SELECT count(*) FROM ff_cancel_backlog b JOIN ff_flow_core f USING (partition_key, flow_id)
+		   JOIN ff_cancel_backlog_member m USING (partition_key, flow_id)
+		   JOIN ff_exec_core e ON e.partition_key = m.partition_key AND '{fp:' || e.partition_key || '}:' || e.execution_id = m.execution_id
+		   WHERE e.lifecycle_phase = 'runnable' AND f.public_flow_state = 'cancelled'`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -237,6 +241,14 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 			ok := c.Items[demo.FlowStep] - c.FlowsFailed
 			return left == 0 && eligible == ok && skipped == 2*c.FlowsFailed,
 				fleettest.Statusf("%d undispatched, %d of %d downstreams eligible, %d of %d skipped", left, eligible, ok, skipped, 2*c.FlowsFailed)
+		},
+		// Every demo backlog drained: its member cancelled as FlowFabric's
+		// operator cancel does, its rows gone.
+		workers.CancelBacklog: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_cancel_backlog`) + count(`SELECT count(*) FROM ff_cancel_backlog_member`)
+			cancelled := count(`SELECT count(*) FROM ff_exec_core WHERE cancelled_by = 'operator_override' AND cancellation_reason = 'demo cancel'`)
+			want := c.Items[demo.CancelBacklog]
+			return left == 0 && cancelled == want, fleettest.Statusf("%d backlog rows left, %d of %d members cancelled", left, cancelled, want)
 		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (

@@ -3,8 +3,9 @@
 // `worker status` have something to show: expiring leases, timing-out
 // suspensions of every behaviour, delayed executions coming due, quorum
 // edge groups with pending sibling cancels, executions reaching their
-// deadline, expiring waitpoints, budgets due for a reset and worker
-// registrations going stale, spread over all partitions.
+// deadline, expiring waitpoints, budgets due for a reset, worker
+// registrations going stale and cancel backlogs past their grace, spread
+// over all partitions.
 //
 // The SQL lives here rather than in package store on purpose. store holds
 // the statements the reconcilers run against a production FlowFabric
@@ -108,15 +109,25 @@ const (
 	// blocked on that downstream. Succeeded and failed in turn: a success
 	// makes the first downstream eligible, a failure skips both (a chain).
 	FlowStep
+	// CancelBacklog is a cancelled flow's cancel backlog whose grace
+	// (CancelBacklogGrace) ends about now, as FlowFabric's flow cancel
+	// leaves it when its server never acks: a header and one member row,
+	// the member a live execution of the flow (its own cancel failed).
+	CancelBacklog
 	numKinds
 )
+
+// CancelBacklogGrace is the cancel backlog's default grace, which the
+// demo's backlog headers are dated for.
+const CancelBacklogGrace = 30 * time.Second
 
 // DependencyStale is the dependency reconciler's default stale threshold,
 // which the demo's completion events are dated for.
 const DependencyStale = 15 * time.Second
 
 var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group",
-	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step"}
+	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step",
+	"cancel_backlog"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -138,7 +149,7 @@ func (k Kind) String() string {
 var deck = []Kind{
 	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
 	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
-	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale, FlowStep,
+	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, CancelBacklog, WorkerStale, FlowStep,
 }
 
 // DeckSize is the smallest batch holding every kind and behaviour.
@@ -192,10 +203,12 @@ func (c *Counts) Add(o Counts) {
 // String is the one-line summary `worker demo` prints.
 func (c Counts) String() string {
 	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), "+
-		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed)",
+		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed), "+
+		"cancel backlogs %d",
 		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
 		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending], c.Items[DeadlinePassing],
-		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed)
+		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed,
+		c.Items[CancelBacklog])
 }
 
 // Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -444,6 +457,19 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		        occurred_at_ms, committed_at_ms)
 		 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p, up, flow, outcome, Namespace, InstanceTag, dueMs-DependencyStale.Milliseconds())
 		c.Rows += 3 + 4 + 1
+	case CancelBacklog:
+		flow, member := f.uuid(), f.uuid()
+		requested := due(f.between(nowMs, -2000, 4000)) - CancelBacklogGrace.Milliseconds()
+		b.Queue(`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, terminal_at_ms, raw_fields)
+		 VALUES ($1, $2, 'cancelled', $3, $4, jsonb_build_object('cancellation_policy', 'cancel_flow_only', 'cancel_reason', 'demo cancel'))`,
+			p, flow, nowMs-120_000, requested)
+		f.exec(b, execRow{p: p, id: member, flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
+			public: "waiting", attempt: "pending_first_attempt", nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
+		 VALUES ($1, $2, $3, '', 'demo cancel', 'cancel_flow_only', 'pending')`, p, flow, requested)
+		b.Queue(`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $2, $3)`,
+			p, flow, fmt.Sprintf("{fp:%d}:%s", p, member))
+		c.Rows += 4
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]
