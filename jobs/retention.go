@@ -2,8 +2,8 @@ package jobs
 
 import "github.com/riverqueue/river"
 
-// Retention: terminal executions older than the fleet's retention are
-// deleted with their sibling rows, a partition's batch per transaction
+// Retention: ended executions (terminal or cancelled) older than the
+// fleet's retention are deleted with their sibling rows, a partition's batch per transaction
 // (FlowFabric's trim_retention). Off unless the fleet is started with a
 // retention. Kinds are stored in river_job.kind: never rename them.
 const (
@@ -17,7 +17,7 @@ type RetentionTickArgs struct{}
 // Kind implements river.JobArgs.
 func (RetentionTickArgs) Kind() string { return KindRetentionTick }
 
-// RetentionTrimArgs trims one partition's terminal executions past the
+// RetentionTrimArgs trims one partition's ended executions past the
 // retention: the partition's scan, which does the deleting itself, in
 // batches (there is no per-execution job; see docs/design.md,
 // "Retention"). After is unused: a trim always starts from the partition's

@@ -9,7 +9,7 @@ import (
 // ApplyRetentionIndexOnline builds the retention index as on a large table:
 // one partition at a time, concurrently.
 var ApplyRetentionIndexOnline = func(ctx context.Context, pool *pgxpool.Pool) error {
-	return retentionIndex.apply(ctx, pool, 0)
+	return applyRetentionIndex(ctx, pool, 0)
 }
 
 // CheckRetentionIndex is the check a fleet running retention makes.

@@ -43,11 +43,12 @@ func TestFingerprintCoversAllTheDDL(t *testing.T) {
 		{"WorkerTable", ffTables, strings.Replace(all, "version      text", "version      varchar", 1)},
 		{"WorkerTableConnTag", ffTables, strings.Replace(all, "conn_tag text", "conn_tag varchar", 1)},
 		{"OutboxTrimTable", ffTables, strings.Replace(all, "trimmed_through bigint", "trimmed_through numeric", 1)},
-		{"RetentionIndex", ffTables, strings.Replace(all, "lifecycle_phase = 'terminal'", "lifecycle_phase = 'ended'", 1)},
+		{"RetentionIndex", ffTables, strings.Replace(all, "lifecycle_phase IN ('terminal', 'cancelled')", "lifecycle_phase = 'ended'", 1)},
+		{"CancelBacklogIndex", ffTables, strings.Replace(all, "(partition_key, requested_at_ms)", "(requested_at_ms)", 1)},
 		{"PromoteFunction", ffTables, strings.Replace(all, "clock_timestamp()", "now()", 1)},
 	}
 	for _, tt := range tests {
-		if tt.worker == all && (tt.name == "WorkerTable" || tt.name == "WorkerTableConnTag" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex" || tt.name == "PromoteFunction") {
+		if tt.worker == all && (tt.name == "WorkerTable" || tt.name == "WorkerTableConnTag" || tt.name == "OutboxTrimTable" || tt.name == "RetentionIndex" || tt.name == "CancelBacklogIndex" || tt.name == "PromoteFunction") {
 			t.Fatal("the worker table edit changed nothing: fix the test")
 		}
 		if got := fingerprint(tt.tables, tt.worker); got == base {

@@ -28,9 +28,12 @@ SELECT to_regclass($1) IS NOT NULL,
 // one), end with a valid index on every partition; an online build
 // interrupted after some partitions is finished by the next run; running
 // it again changes nothing; a fleet's check refuses a missing or
-// unfinished index with what to run. A regression leaves the index
+// unfinished index with what to run. A database migrated before retention
+// trimmed cancelled executions has the old index (terminal only): it is
+// dropped once the new one is built. A regression leaves the index
 // invalid (Postgres then never uses it: every retention tick reads every
-// execution) or fails on a second run.
+// execution), fails on a second run, or leaves the old index behind (a
+// second partial index every write of an ended execution pays for).
 func TestRetentionIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -46,10 +49,11 @@ func TestRetentionIndex(t *testing.T) {
 			// What a build stopped after five partitions leaves: the
 			// parent ON ONLY (invalid), five partitions built and
 			// attached, a sixth built but not attached.
-			stmts := []string{`CREATE INDEX ` + migrations.RetentionIndexName + ` ON ONLY ff_exec_core (partition_key, terminal_at_ms) WHERE lifecycle_phase = 'terminal'`}
+			const cols = `(partition_key, terminal_at_ms) WHERE lifecycle_phase IN ('terminal', 'cancelled')`
+			stmts := []string{`CREATE INDEX ` + migrations.RetentionIndexName + ` ON ONLY ff_exec_core ` + cols}
 			for i := range 6 {
-				idx := "ff_exec_core_p" + string(rune('0'+i)) + "_ffr_terminal_idx"
-				stmts = append(stmts, `CREATE INDEX `+idx+` ON ff_exec_core_p`+string(rune('0'+i))+` (partition_key, terminal_at_ms) WHERE lifecycle_phase = 'terminal'`)
+				idx := "ff_exec_core_p" + string(rune('0'+i)) + "_ffr_ended_idx"
+				stmts = append(stmts, `CREATE INDEX `+idx+` ON ff_exec_core_p`+string(rune('0'+i))+` `+cols)
 				if i < 5 {
 					stmts = append(stmts, `ALTER INDEX `+migrations.RetentionIndexName+` ATTACH PARTITION `+idx)
 				}
@@ -77,6 +81,10 @@ func TestRetentionIndex(t *testing.T) {
 			if err := migrations.CheckRetentionIndex(ctx, db.Pool); err == nil {
 				t.Error("CheckRetentionIndex accepted a missing index")
 			}
+			if _, err := db.Pool.Exec(ctx, `CREATE INDEX `+migrations.OldRetentionIndexName+
+				` ON ff_exec_core (partition_key, terminal_at_ms) WHERE lifecycle_phase = 'terminal'`); err != nil {
+				t.Fatal(err)
+			}
 			fftest.InsertExec(t, db.Pool, fftest.Terminal(3, 1000))
 			if err := tt.apply(ctx, db); err != nil {
 				t.Fatal(err)
@@ -86,6 +94,9 @@ func TestRetentionIndex(t *testing.T) {
 			}
 			if err := migrations.CheckRetentionIndex(ctx, db.Pool); err != nil {
 				t.Fatal(err)
+			}
+			if n := fftest.Count(t, db.Pool, `SELECT count(*) FROM pg_class WHERE relname = $1`, migrations.OldRetentionIndexName); n != 0 {
+				t.Fatalf("the old index %s is still there", migrations.OldRetentionIndexName)
 			}
 			// Again: a no-op, whichever way it builds.
 			for _, again := range []func(context.Context, *testdb.DB) error{

@@ -38,6 +38,14 @@ type Due struct {
 	// instance_tag columns (the tag by value), not an execution's
 	// raw_fields: completion events, as FlowFabric filters them.
 	TenantColumns bool
+	// TenantVia, with Tenant and no Exec: the row belongs to the tenants
+	// of several executions, and passes the filter when one of them does.
+	// It is the body of a subquery correlated with r, "<FROM … JOIN
+	// ff_exec_core e …> WHERE <correlation>", each of whose results is
+	// an execution aliased e: a cancel backlog header passes when one of
+	// its members' executions does (FlowFabric's cancel_reconciler filters
+	// per member). A row with no such execution passes no filter.
+	TenantVia string
 	// TagText: the filter's tag is compared as text (->>), so a tag stored
 	// as the number 7 matches the value "7": what FlowFabric's retention
 	// trim does. Otherwise only a JSON string tag matches, as in
@@ -153,9 +161,22 @@ func (d *Due) where(p *params, f Filter) string {
 		b.WriteString(" AND " + d.Where)
 	}
 	if d.Tenant {
-		b.WriteString(d.filterSQL(p, f, d.filterAlias()))
+		b.WriteString(d.tenantCond(p, f))
 	}
 	return b.String()
+}
+
+// tenantCond is the tenant filter f on a due row, starting with " AND "
+// ("" when f is empty): on its execution, or through TenantVia on any of
+// its executions.
+func (d *Due) tenantCond(p *params, f Filter) string {
+	if d.TenantVia == "" {
+		return d.filterSQL(p, f, d.filterAlias())
+	}
+	if f.Empty() {
+		return ""
+	}
+	return " AND EXISTS (SELECT 1 FROM " + d.TenantVia + d.filterSQL(p, f, "e") + ")"
 }
 
 // probe is the per-partition probe of partition s.p for rows due by horizon
@@ -346,7 +367,7 @@ func (d *Due) Count(ctx context.Context, db DB, nowMs int64, f Filter, capRows i
 		if d.Where != "" {
 			where = " AND " + d.Where
 		}
-		pass := "COALESCE(" + exists + d.filterSQL(&p, f, d.filterAlias()) + ", false)"
+		pass := "COALESCE(" + exists + d.tenantCond(&p, f) + ", false)"
 		sql = `SELECT count(*) FILTER (WHERE pass), count(*) FILTER (WHERE NOT pass) FROM (
 		         SELECT ` + pass + ` AS pass FROM ` + from + ` WHERE ` + due + where + ` LIMIT ` + limit + `) x`
 	}
@@ -443,7 +464,7 @@ func (d *Due) Outside(ctx context.Context, db DB, partition int16, key DueRow, f
 	for i := range cols {
 		fmt.Fprintf(&match, " AND %s = %s", cols[i], vals[i])
 	}
-	filter := d.filterSQL(&p, f, d.filterAlias())
+	filter := d.tenantCond(&p, f)
 	var outside bool
 	err := db.QueryRow(ctx, `
 		SELECT EXISTS (SELECT 1 FROM `+d.From+` WHERE r.partition_key = $1`+match.String()+`)

@@ -57,6 +57,35 @@ func keyOf(r store.DueRow) string {
 
 var dueCases = []dueCase{
 	{
+		// A cancel backlog header passes the filter through its members'
+		// executions; one whose only member's execution is missing is due
+		// and passes no filter.
+		name: "CancelBacklogHeaders", due: store.CancelBacklogHeaders,
+		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
+			flow := fftest.NewUUID()
+			fftest.InsertBacklog(t, db, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: at,
+				Members: []string{fftest.WireID(p, execOf(t, db, p, ns, tag))}})
+			return flow
+		},
+		missing: missingDue,
+		extra: func(t *testing.T, db store.DB, now int64) {
+			// Two members of the filter's tenant, a bad member id and one of
+			// another partition: the header is one row, and the bad ids
+			// neither fail the scan nor pass the filter.
+			flow := fftest.NewUUID()
+			fftest.InsertBacklog(t, db, fftest.Backlog{Partition: 150, FlowID: flow, RequestedAtMs: now - 5,
+				Members: []string{fftest.WireID(150, execOf(t, db, 150, "a", "")), fftest.WireID(150, execOf(t, db, 150, "a", "")),
+					"junk", fftest.WireID(151, execOf(t, db, 151, "b", ""))}})
+			got := scan(t, db, store.CancelBacklogHeaders, 150, now, nil, 10, store.Filter{Namespace: "a"})
+			if len(got) != 1 || got[0].ID != flow {
+				t.Fatalf("scan = %+v; want the header once", got)
+			}
+			if got := scan(t, db, store.CancelBacklogHeaders, 150, now, nil, 10, store.Filter{Namespace: "b"}); len(got) != 0 {
+				t.Fatalf("scan for the tenant of a member of another partition = %+v; want none", got)
+			}
+		},
+	},
+	{
 		name: "ExpiredLeases", due: store.ExpiredLeases,
 		seed: func(t *testing.T, db store.DB, p int16, at int64, ns, tag string) string {
 			id := execOf(t, db, p, ns, tag)

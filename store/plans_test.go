@@ -21,7 +21,8 @@ import (
 // kind: at the benchmark's ~860 rows a partition is 19 pages and Postgres
 // rightly reads it whole rather than probe 40 keys, so a smaller seed would
 // pin nothing. A regression, a statement whose key condition no index can
-// use (a cast on the key, an OR across tables), reads the 10,000.
+// use (a cast on the key, an OR across tables), or a retention index that
+// does not cover cancelled executions, reads the 10,000.
 func TestRowStatementsReadByKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -66,6 +67,17 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
 		SELECT partition_key, execution_id, 0, 1, $2 + 60000 FROM ex`,
 		p, now, partitionRows); err != nil {
+		t.Fatal(err)
+	}
+	// As many ended executions past retention, half terminal and half
+	// cancelled (FlowFabric's Postgres cancels' phase): the rows a trim
+	// deletes through the retention index, which covers both phases.
+	if _, err := db.Pool.Exec(ctx, `
+		INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		       eligibility_state, public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
+		SELECT $1, gen_random_uuid(), 'l', CASE WHEN g % 2 = 0 THEN 'terminal' ELSE 'cancelled' END, 'unowned', 'not_applicable',
+		       CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'cancelled' END, 'attempt_terminal', 1, $2 - g, '{}'::jsonb
+		  FROM generate_series(1, $3::int) AS g`, p, now, partitionRows); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_exec_core, ff_attempt, ff_suspension_current, ff_waitpoint_pending`); err != nil {
@@ -178,6 +190,11 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		name string
 		sql  string
 		args []any
+		// byPartition are tables the statement reads a partition of on
+		// purpose, documented where it is built (retention's text-keyed
+		// siblings, which no index of FlowFabric's leads with
+		// execution_id).
+		byPartition []string
 	}
 	tests := []statement{
 		{name: "CancelSiblings", sql: cancelSiblingsSQL, args: []any{p, ids, now, SiblingQuorumSatisfied}},
@@ -192,6 +209,20 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		{name: "LockQuotaPolicies", sql: lockQuotaPoliciesSQL, args: []any{p, policies}},
 		{name: "RecountQuota", sql: recountQuotaSQL, args: []any{p, policies, now}},
 		{name: "DeleteBudgetDedupKeys", sql: deleteBudgetDedupKeysSQL, args: []any{p, dedupKeys, now}},
+		// The cancel backlog's cancel of a header's live members (locked
+		// and filtered before it), here active with their attempts.
+		{name: "CancelBacklogMembers", sql: cancelBacklogMembersSQL, args: []any{p, active, now, "reason", BacklogCancelSource}},
+	}
+	// Retention's trim of a batch of the partition's 10,000 ended
+	// executions, terminal and cancelled: its doomed CTE reads the
+	// retention index, which covers both phases (the text sibling tables,
+	// empty here, are read by partition once a batch). Unfiltered only: a
+	// tenant filter is not indexed, and a filter no ended execution passes
+	// reads them all, as every scan's does.
+	{
+		sql, args := trimSQL(Filter{})
+		args[0], args[1], args[2] = p, now, batch
+		tests = append(tests, statement{"TrimExecutions", sql, args, RetentionSiblingTables.Text})
 	}
 	// Statements that re-check the tenant filter, without one and with
 	// one (its EXISTS probe of the execution must stay a key lookup).
@@ -205,8 +236,8 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		{name: "ExpireClaimGrants", sql: expireClaimGrantsSQL, args: []any{p, grants, now}},
 	} {
 		tests = append(tests,
-			statement{tt.name, tt.sql, append(tt.args, Filter{}.args()...)},
-			statement{tt.name + "/Filtered", tt.sql, append(slices.Clip(tt.args), Filter{Namespace: "ns", TagKey: "k", TagValue: "v"}.args()...)})
+			statement{name: tt.name, sql: tt.sql, args: append(tt.args, Filter{}.args()...)},
+			statement{name: tt.name + "/Filtered", sql: tt.sql, args: append(slices.Clip(tt.args), Filter{Namespace: "ns", TagKey: "k", TagValue: "v"}.args()...)})
 	}
 	conn, err := db.Pool.Acquire(ctx)
 	if err != nil {
@@ -234,7 +265,7 @@ func TestRowStatementsReadByKey(t *testing.T) {
 			}
 			for rel, n := range rowsRead(plan[0]["Plan"].(map[string]any)) {
 				t.Logf("%s: %d rows read", rel, n)
-				if n > 3*batch {
+				if n > 3*batch && !slices.Contains(tt.byPartition, rel) {
 					t.Errorf("%d rows of %s read for a batch of %d: the statement reads the partition, not its batch", n, rel, batch)
 				}
 			}

@@ -6,17 +6,23 @@ import (
 	"strings"
 )
 
-// TerminalExecutions are executions that reached a terminal phase: due for
-// retention once their terminal_at_ms is older than the retention (the
-// reconciler shifts "now" back by it), at or before the cutoff as in
-// FlowFabric's trim. An execution whose terminal_at_ms is NULL is never due,
-// as there.
+// EndedPhases is the condition on an execution aliased r that it ended:
+// lifecycle_phase 'terminal', or 'cancelled', the literal FlowFabric's
+// Postgres cancels write (operator.rs l.214, flow.rs l.674) and its own
+// trim never deletes (it selects 'terminal' alone, exec_core.rs l.1273).
+const EndedPhases = "r.lifecycle_phase IN ('terminal', 'cancelled')"
+
+// TerminalExecutions are executions that ended, terminal or cancelled
+// (EndedPhases): due for retention once their terminal_at_ms is older than
+// the retention (the reconciler shifts "now" back by it), at or before the
+// cutoff as in FlowFabric's trim. An execution whose terminal_at_ms is NULL
+// is never due, as there.
 //
-// Index: ffreconcile_exec_core_terminal_idx, ours (migrations.
-// ApplyRetentionIndex), partial on lifecycle_phase = 'terminal': a probe
-// reads one entry per partition and a trim O(its batch), however many live
-// or recent executions the partition holds. FlowFabric's own trim has no
-// such index and reads a lane's executions whole.
+// Index: ffreconcile_exec_core_ended_idx, ours (migrations.
+// ApplyRetentionIndex), partial on both ended phases: a probe reads one
+// entry per partition and a trim O(its batch), however many live or recent
+// executions the partition holds. FlowFabric's own trim has no such index
+// and reads a lane's executions whole.
 //
 // The tag filter compares the tag as text (TagText), as FlowFabric's trim
 // does (raw_fields->'tags'->>$6 = $7): a terminal execution tagged with the
@@ -29,9 +35,9 @@ var TerminalExecutions = &Due{
 	TagText:   true,
 	At:        "r.terminal_at_ms",
 	Inclusive: true,
-	Where:     "r.lifecycle_phase = 'terminal'",
+	Where:     EndedPhases,
 	ID:        Key{"r.execution_id", "uuid"},
-	Index:     "ffreconcile_exec_core_terminal_idx",
+	Index:     "ffreconcile_exec_core_ended_idx",
 }
 
 // RetentionSiblingTables are the execution-scoped tables whose rows of a
@@ -39,6 +45,9 @@ var TerminalExecutions = &Due{
 // (RETENTION_SIBLING_TABLES_UUID and _TEXT in exec_core.rs), by the type of
 // their execution_id column. A table added to FlowFabric with an
 // execution_id must be added here, or its rows outlive their execution.
+// The text tables' rows are matched under the bare uuid (what FlowFabric's
+// trim binds) or the wire id "{fp:N}:<uuid>" (what ff_cancel_backlog_member
+// and ff_quota_* store, which FlowFabric's trim therefore never deletes).
 var RetentionSiblingTables = struct{ UUID, Text []string }{
 	UUID: []string{"ff_attempt", "ff_claim_grant", "ff_completion_event", "ff_stream_frame",
 		"ff_stream_meta", "ff_stream_summary", "ff_suspension_current", "ff_waitpoint_pending"},
@@ -83,21 +92,24 @@ func trimSQL(f Filter) (string, []any) {
 	var b strings.Builder
 	b.WriteString(`
 WITH doomed AS (
-    SELECT r.execution_id, r.execution_id::text AS id_text, r.terminal_at_ms
+    SELECT r.execution_id, r.execution_id::text AS id_text,
+           '{fp:' || r.partition_key::text || '}:' || r.execution_id::text AS wire_text, r.terminal_at_ms
       FROM ff_exec_core r
-     WHERE r.partition_key = $1 AND r.lifecycle_phase = 'terminal'
+     WHERE r.partition_key = $1 AND ` + EndedPhases + `
        AND r.terminal_at_ms IS NOT NULL AND r.terminal_at_ms <= $2` + filter + `
      ORDER BY r.terminal_at_ms, r.execution_id
      LIMIT $3
        FOR UPDATE SKIP LOCKED
 )`)
+	// ids: each doomed execution's two text forms.
+	b.WriteString(`, ids AS (SELECT id_text AS k FROM doomed UNION ALL SELECT wire_text FROM doomed)`)
 	var counts []string
 	for i, t := range RetentionSiblingTables.UUID {
 		fmt.Fprintf(&b, `, u%d AS (DELETE FROM %s t USING doomed d WHERE t.partition_key = $1 AND t.execution_id = d.execution_id RETURNING 1)`, i, t)
 		counts = append(counts, fmt.Sprintf("(SELECT count(*) FROM u%d)", i))
 	}
 	for i, t := range RetentionSiblingTables.Text {
-		fmt.Fprintf(&b, `, x%d AS (DELETE FROM %s t WHERE t.partition_key = $1 AND t.execution_id = ANY (SELECT id_text FROM doomed) RETURNING 1)`, i, t)
+		fmt.Fprintf(&b, `, x%d AS (DELETE FROM %s t WHERE t.partition_key = $1 AND t.execution_id = ANY (SELECT k FROM ids) RETURNING 1)`, i, t)
 		counts = append(counts, fmt.Sprintf("(SELECT count(*) FROM x%d)", i))
 	}
 	b.WriteString(`, core AS (DELETE FROM ff_exec_core t USING doomed d WHERE t.partition_key = $1 AND t.execution_id = d.execution_id RETURNING d.terminal_at_ms)
@@ -105,11 +117,13 @@ SELECT (SELECT count(*) FROM core), ` + strings.Join(counts, " + ") + `, COALESC
 	return b.String(), p
 }
 
-// TrimExecutions deletes up to limit executions of one partition that are
-// terminal with terminal_at_ms at or before cutoffMs and pass f, with every
-// row of theirs in the sibling tables, in one transaction: FlowFabric's
-// trim_retention_impl, except that each execution is locked and re-checked
-// first and the batch spans the partition's lanes. A result with fewer than
+// TrimExecutions deletes up to limit executions of one partition that
+// ended (terminal or cancelled) with terminal_at_ms at or before cutoffMs and
+// pass f, with every row of theirs in the sibling tables, in one
+// transaction: FlowFabric's trim_retention_impl, except that each execution
+// is locked and re-checked first, the batch spans the partition's lanes,
+// cancelled executions are trimmed too and the text tables' rows are
+// matched under the wire id as well. A result with fewer than
 // limit executions means the partition held no more (that this call could
 // lock); a second call over the same rows deletes nothing.
 func TrimExecutions(ctx context.Context, db DB, partition int16, cutoffMs int64, limit int, f Filter) (TrimResult, error) {

@@ -10,17 +10,14 @@ import (
 	"github.com/flowfabric/ffreconcile/store"
 )
 
-// allSiblings is one row in every sibling table.
-func allSiblings(n int) map[string]int {
-	m := map[string]int{}
-	for _, t := range append(append([]string{}, store.RetentionSiblingTables.UUID...), store.RetentionSiblingTables.Text...) {
-		m[t] = n
-	}
-	return m
-}
+// allSiblings is what fftest.SiblingRows returns for an execution whose
+// fftest.InsertSiblings rows are all there (1) or all gone (0).
+func allSiblings(n int) map[string]int { return fftest.SiblingsEach(n) }
 
-// TestTrimExecutions: terminal executions whose terminal_at_ms is at or
-// before the cutoff are deleted with their row in every sibling table,
+// TestTrimExecutions: ended executions (terminal, and cancelled as
+// FlowFabric's Postgres cancels leave them) whose terminal_at_ms is at or
+// before the cutoff are deleted with their rows in every sibling table (in
+// the text tables under the bare uuid and the wire id),
 // oldest first and at most the batch; everything else stays whole, side by
 // side with them in the same partition: a terminal execution ended after
 // the cutoff, an active one whose terminal_at_ms is old (a replayed
@@ -40,11 +37,14 @@ func TestTrimExecutions(t *testing.T) {
 		due  bool
 	}
 	active := fftest.Exec{Partition: p, TerminalAtMs: fftest.Ms(cutoff - 5000)}
+	cancelled := fftest.Terminal(p, cutoff-1000)
+	cancelled.LifecyclePhase, cancelled.EligibilityState, cancelled.PublicState = "cancelled", "cancelled", "cancelled"
 	noTime := fftest.Terminal(p, 0)
 	noTime.TerminalAtMs = nil
 	rows := []row{
 		{"Oldest", fftest.Terminal(p, cutoff-3000), true},
 		{"Older", fftest.Terminal(p, cutoff-2000), true},
+		{"Cancelled", cancelled, true},
 		{"AtTheCutoff", fftest.Terminal(p, cutoff), true},
 		{"AfterTheCutoff", fftest.Terminal(p, cutoff+1), false},
 		{"ActiveWithOldTerminalAt", active, false},
@@ -71,18 +71,18 @@ func TestTrimExecutions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Executions != 2 || res.SiblingRows != 2*14 || res.OldestTerminalMs != cutoff-3000 {
-		t.Fatalf("first batch = %+v; want 2 executions, 28 sibling rows, oldest %d", res, cutoff-3000)
+	if res.Executions != 2 || res.SiblingRows != int64(2*fftest.SiblingRowsEach) || res.OldestTerminalMs != cutoff-3000 {
+		t.Fatalf("first batch = %+v; want 2 executions, %d sibling rows, oldest %d", res, 2*fftest.SiblingRowsEach, cutoff-3000)
 	}
-	if exists("Oldest") || exists("Older") || !exists("AtTheCutoff") {
+	if exists("Oldest") || exists("Older") || !exists("Cancelled") || !exists("AtTheCutoff") {
 		t.Fatalf("first batch deleted the wrong executions")
 	}
 	res, err = store.TrimExecutions(ctx, pool, p, cutoff, 100, store.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Executions != 1 {
-		t.Fatalf("second batch = %+v; want the one execution at the cutoff", res)
+	if res.Executions != 2 {
+		t.Fatalf("second batch = %+v; want the cancelled execution and the one at the cutoff", res)
 	}
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {

@@ -212,6 +212,24 @@ var deadlineRows = []deadlineRow{
 		},
 	},
 	{
+		// A header requested a grace before deadlineMs (the tests'
+		// fleets keep the default grace), of a flow with one live member.
+		r: workers.CancelBacklog, idArg: "flow_id",
+		scan: func(p int16) river.JobArgs { return jobs.CancelBacklogScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
+		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
+			flow := fftest.NewUUID()
+			fftest.InsertFlow(t, pool, p, flow, "cancelled", nil)
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow})
+			fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow,
+				RequestedAtMs: deadlineMs - workers.CancelBacklogGrace.Default.Milliseconds(), Members: []string{fftest.WireID(p, id)}})
+			return flow
+		},
+		acted: func(t *testing.T, pool *pgxpool.Pool, p int16, id string) bool {
+			_, header := fftest.BacklogMembers(t, pool, p, id)
+			return !header
+		},
+	},
+	{
 		// No lookahead: the lookahead tests (ahead_test.go) skip it. Its
 		// rows are due once committed more than the stale threshold ago,
 		// so insert dates an event's commit that long before deadlineMs

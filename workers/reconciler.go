@@ -36,6 +36,11 @@ type Reconciler struct {
 	// reconciler when the fleet runs both (DueIn). Nil: it takes all its
 	// due rows, whatever else runs.
 	Shares *Share
+	// ScanLimit, when set, is the most due rows a partition's scan takes
+	// per tick, with no continuation: the rest wait for the next tick
+	// (cancel_backlog's 50 headers, FlowFabric's batch). Zero: a scan takes
+	// Config.BatchSize rows at a time and continues until none is left.
+	ScanLimit int
 	// Lookahead: its ticks and scans take rows falling due before the next
 	// tick, as row jobs that start at the row's deadline (Config.Lookahead).
 	Lookahead bool

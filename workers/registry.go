@@ -22,6 +22,7 @@ var registry = []*Reconciler{
 	DelayedPromotion,
 	CancelDispatch,
 	CancelReconcile,
+	CancelBacklog,
 	AttemptTimeout,
 	ExecutionDeadline,
 	WaitpointExpiry,

@@ -22,15 +22,18 @@ const trimBudget = 5 * time.Second
 // (--retention): off unless set, and retention runs only with it.
 var RetentionAge = &Setting{
 	Flag:     "retention",
-	Help:     "delete terminal executions with all their rows once they ended this long ago, e.g. 24h",
+	Help:     "delete ended executions (terminal or cancelled) with all their rows once they ended this long ago, e.g. 24h",
 	Default:  Off,
 	CanBeOff: true,
 	Min:      time.Second,
 	ShapeKey: "retention",
 }
 
-// Retention deletes terminal executions whose terminal_at_ms is older than
-// RetentionAge, with every sibling row, as FlowFabric's trim does. It runs
+// Retention deletes ended executions, terminal or cancelled (FlowFabric's
+// Postgres cancels write lifecycle_phase 'cancelled', which FlowFabric's own
+// trim never deletes), whose terminal_at_ms is older than RetentionAge, with
+// every sibling row, as FlowFabric's trim does (its text-keyed siblings
+// matched under the bare uuid or the wire id {fp:N}:<uuid>). It runs
 // only with RetentionAge on. Its partition job does the deleting itself, a
 // batch per statement, instead of one row job per execution: a trim is
 // set-based by nature, and a River job per execution would cost more than
@@ -109,7 +112,7 @@ func (w *trimWorker) Work(ctx context.Context, job *river.Job[jobs.RetentionTrim
 		c.Continuations.Add(1)
 	}
 	if total.Executions > 0 {
-		d.log().Info("trimmed terminal executions", "partition", p, "executions", total.Executions,
+		d.log().Info("trimmed ended executions", "partition", p, "executions", total.Executions,
 			"sibling_rows", total.SiblingRows, "continued", full, "elapsed", time.Since(start).Round(time.Millisecond))
 	}
 	return nil

@@ -14,14 +14,9 @@ import (
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
-// siblingsEach is n rows in every sibling table.
-func siblingsEach(n int) map[string]int {
-	m := map[string]int{}
-	for _, t := range append(append([]string{}, store.RetentionSiblingTables.UUID...), store.RetentionSiblingTables.Text...) {
-		m[t] = n
-	}
-	return m
-}
+// siblingsEach is what fftest.SiblingRows returns for an execution whose
+// fftest.InsertSiblings rows are all there (1) or all gone (0).
+func siblingsEach(n int) map[string]int { return fftest.SiblingsEach(n) }
 
 // TestRetentionTrimsOnlyExpiredTerminalExecutions runs the retention
 // reconciler in a fleet with a one-hour retention and a batch of two:

@@ -56,6 +56,9 @@ func runScan[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *
 	c := d.stats(r)
 	partition := args.Partition
 	limit := d.cfg.BatchSize
+	if r.ScanLimit > 0 {
+		limit = min(limit, r.ScanLimit)
+	}
 	nowMs := d.now().UnixMilli()
 	boundMs := r.DueAt(nowMs, d.cfg.Settings) + d.lookahead(r).Milliseconds()
 	rows, err := d.due(r).Scan(ctx, d.cfg.Pool, partition, boundMs, toDueRow(args.After), limit, d.cfg.Filter)
@@ -202,8 +205,8 @@ func isDeadlock(err error) bool {
 
 // enqueueRows inserts a scan's row jobs (params, for rows) in one
 // transaction with, when the batch came back full and inserted a new job,
-// the scan's own completion and its continuation; it reports whether it
-// continued.
+// the scan's own completion and its continuation (never for a reconciler
+// with a ScanLimit); it reports whether it continued.
 func enqueueRows[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, job *river.Job[S], args jobs.ScanArgs, rows []store.DueRow, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, bool, error) {
 	client := river.ClientFromContext[pgx.Tx](ctx)
 	tx, err := d.cfg.Pool.Begin(ctx)
@@ -224,7 +227,7 @@ func enqueueRows[S river.JobArgs](ctx context.Context, d *deps, r *Reconciler, j
 		return nil, false, fmt.Errorf("enqueue %d row jobs: %w", len(params), err)
 	}
 	continued := false
-	if len(rows) >= d.cfg.BatchSize && slices.ContainsFunc(res, func(x *rivertype.JobInsertResult) bool { return !x.UniqueSkippedAsDuplicate }) {
+	if r.ScanLimit == 0 && len(rows) >= d.cfg.BatchSize && slices.ContainsFunc(res, func(x *rivertype.JobInsertResult) bool { return !x.UniqueSkippedAsDuplicate }) {
 		last := rows[len(rows)-1]
 		next := jobs.ScanArgs{Partition: args.Partition, Follows: args.Follows,
 			After: &jobs.ScanCursor{AtMs: last.AtMs, ID: last.ID, ID2: last.ID2, N: last.N}}

@@ -53,6 +53,15 @@ var tenantFixtures = map[string]tenantFixture{
 		fftest.InsertEdgeGroup(t, pool, fftest.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down})
 		fftest.InsertPendingCancel(t, pool, p, flow, down, now-1000)
 	},
+	// A cancelled flow's backlog past its grace, its one member live: the
+	// member is cancelled and acked, the header deleted.
+	workers.CancelBacklog.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
+		flow := fftest.NewUUID()
+		fftest.InsertFlow(t, pool, p, flow, "cancelled", nil)
+		member := exec(fftest.Exec{FlowID: flow})
+		fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: now - time.Minute.Milliseconds(),
+			Members: []string{fftest.WireID(p, member)}})
+	},
 	workers.AttemptTimeout.Name: func(t *testing.T, pool *pgxpool.Pool, p int16, now int64, exec func(fftest.Exec) string) {
 		fftest.InsertAttempt(t, pool, p, exec(fftest.Exec{}), 0, fftest.Ms(now-1000))
 	},

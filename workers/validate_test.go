@@ -42,6 +42,8 @@ func TestRawSQLBadJobsOfEveryKindAreCancelledOnce(t *testing.T) {
 		{jobs.KindCancelDispatch, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
 		{jobs.KindCancelReconcileScan, jobs.QueueControl, ``},
 		{jobs.KindCancelReconcile, jobs.QueueRows, `, "flow_id": ` + id + `, "downstream_eid": ` + id},
+		{jobs.KindCancelBacklogScan, jobs.QueueControl, ``},
+		{jobs.KindCancelBacklogDrain, jobs.QueueRows, `, "flow_id": ` + id},
 		{jobs.KindAttemptTimeoutScan, jobs.QueueControl, ``},
 		{jobs.KindAttemptExpire, jobs.QueueRows, `, "execution_id": ` + id + `, "attempt_index": 0`},
 		{jobs.KindExecutionDeadlineScan, jobs.QueueControl, ``},

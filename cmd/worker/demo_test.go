@@ -28,11 +28,12 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 	count := func(sql string) int { return fftest.Count(t, db.Pool, sql) }
 
 	// One deck: 3 expired + 2 expiring leases, 7 suspensions (one per
-	// behaviour), 4 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
+	// behaviour), 3 delayed, 2 cancel groups, 1 orphan and 1 stale pending,
 	// and one each of a passing deadline (leased for minutes: a sixth
 	// lease), an expiring waitpoint (of an eighth suspension, timing out
 	// after it), a budget due, a stale worker, a flow step, a claim grant,
-	// a full quota policy (two admissions) and a budget dedup key.
+	// a full quota policy (two admissions), a budget dedup key and a cancel
+	// backlog.
 	checks := []struct {
 		what string
 		sql  string
@@ -50,7 +51,7 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		{"NULL behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior IS NULL`, 1},
 		{"unknown behaviour", `SELECT count(*) FROM ff_suspension_current WHERE timeout_behavior = '` + demo.UnknownBehavior + `'`, 1},
 		{"delayed", `SELECT count(*) FROM ff_exec_core WHERE lifecycle_phase = 'runnable'
-		   AND eligibility_state = 'not_eligible_until_time' AND deadline_at_ms IS NOT NULL`, 4},
+		   AND eligibility_state = 'not_eligible_until_time' AND deadline_at_ms IS NOT NULL`, 3},
 		{"flagged groups", `SELECT count(*) FROM ff_edge_group g JOIN ff_pending_cancel_groups USING (partition_key, flow_id, downstream_eid)
 		   WHERE g.cancel_siblings_pending_flag AND cardinality(g.cancel_siblings_pending_members) >= 2`, 2},
 		{"members not live siblings", `SELECT count(*) FROM ff_edge_group g, unnest(g.cancel_siblings_pending_members) AS m
@@ -74,6 +75,10 @@ func TestDemoOnceSeedsEveryKind(t *testing.T) {
 		   WHERE p.active_concurrency = 2 AND a.execution_id LIKE '{fp:%}:%'`, 2},
 		{"quota window rows", `SELECT count(*) FROM ff_quota_window`, 2},
 		{"budget dedup keys", `SELECT count(*) FROM ff_budget_usage_dedup`, 1},
+		{"cancel backlogs", `SELECT count(*) FROM ff_cancel_backlog b JOIN ff_flow_core f USING (partition_key, flow_id)
+		   JOIN ff_cancel_backlog_member m USING (partition_key, flow_id)
+		   JOIN ff_exec_core e ON e.partition_key = m.partition_key AND '{fp:' || e.partition_key || '}:' || e.execution_id = m.execution_id
+		   WHERE e.lifecycle_phase = 'runnable' AND f.public_flow_state = 'cancelled'`, 1},
 		{"executions outside the demo tenant", `SELECT count(*) FROM ff_exec_core
 		   WHERE raw_fields->>'namespace' IS DISTINCT FROM 'demo' OR raw_fields->'tags'->>'cairn.instance_id' IS DISTINCT FROM 'demo-1'`, 0},
 	}
@@ -252,9 +257,9 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		// dependency cascade is done: three members, the upstream ended
 		// and its downstreams eligible (waiting) or skipped.
 		workers.FlowSummary: func() (bool, string) {
-			flows := count(`SELECT count(*) FROM ff_flow_core`)
+			flows := count(`SELECT count(*) FROM ff_flow_core WHERE public_flow_state = 'open'`)
 			right := count(`SELECT count(*) FROM ff_flow_summary s JOIN ff_flow_core fc USING (partition_key, flow_id)
-			   WHERE s.total_members = 3 AND s.members_completed + s.members_failed = 1
+			   WHERE fc.public_flow_state = 'open' AND s.total_members = 3 AND s.members_completed + s.members_failed = 1
 			     AND s.members_waiting + s.members_skipped = 2
 			     AND s.members_skipped = (SELECT count(*) FROM ff_exec_core e
 			          WHERE e.partition_key = s.partition_key AND e.flow_id = s.flow_id AND e.public_state = 'skipped')`)
@@ -282,6 +287,14 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		workers.BudgetDedupExpiry: func() (bool, string) {
 			left := count(`SELECT count(*) FROM ff_budget_usage_dedup`)
 			return left == 0, fleettest.Statusf("%d of %d dedup keys left", left, c.Items[demo.DedupExpiring])
+		},
+		// Every demo backlog drained: its member cancelled as FlowFabric's
+		// operator cancel does, its rows gone.
+		workers.CancelBacklog: func() (bool, string) {
+			left := count(`SELECT count(*) FROM ff_cancel_backlog`) + count(`SELECT count(*) FROM ff_cancel_backlog_member`)
+			cancelled := count(`SELECT count(*) FROM ff_exec_core WHERE cancelled_by = 'operator_override' AND cancellation_reason = 'demo cancel'`)
+			want := c.Items[demo.CancelBacklog]
+			return left == 0 && cancelled == want, fleettest.Statusf("%d backlog rows left, %d of %d members cancelled", left, cancelled, want)
 		},
 		workers.CancelReconcile: func() (bool, string) {
 			stale := count(`SELECT count(*) FROM ff_pending_cancel_groups p WHERE NOT EXISTS (

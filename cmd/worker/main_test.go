@@ -62,7 +62,7 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"BadLogLevel", []string{"run", "--log-level", "loud"}, 2, `log level "loud"`},
 		{"UnreachableDatabase", []string{"migrate", "--database-url", "postgres://u:sekret@127.0.0.1:1/x?connect_timeout=2"}, 1, "cannot reach database postgres://u:xxxxx@127.0.0.1:1/x"},
 		{"MalformedURL", []string{"run", "--database-url", "postgres://u:sekret@[::1"}, 2, "invalid database URL postgres://u:xxxxx@"},
-		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "--reconcilers retention: runs only with --retention (delete terminal executions"},
+		{"RetentionReconcilerWithoutRetention", []string{"run", "--reconcilers", "retention"}, 2, "--reconcilers retention: runs only with --retention (delete ended executions (terminal or cancelled)"},
 		{"NegativeRetention", []string{"run", "--retention", "-1h"}, 2, "--retention -1h: must not be negative (0 turns it off)"},
 		{"SubSecondRetention", []string{"run", "--retention", "500ms"}, 2, "--retention 500ms: too short (minimum 1s)"},
 		{"SubSecondOutboxRetention", []string{"run", "--outbox-retention", "10ms"}, 2, "--outbox-retention 10ms: too short"},

@@ -3,8 +3,9 @@
 // `worker status` have something to show: expiring leases, timing-out
 // suspensions of every behaviour, delayed executions coming due, quorum
 // edge groups with pending sibling cancels, executions reaching their
-// deadline, expiring waitpoints, budgets due for a reset and worker
-// registrations going stale, spread over all partitions.
+// deadline, expiring waitpoints, budgets due for a reset, worker
+// registrations going stale and cancel backlogs past their grace, spread
+// over all partitions.
 //
 // The SQL lives here rather than in package store on purpose. store holds
 // the statements the reconcilers run against a production FlowFabric
@@ -118,8 +119,17 @@ const (
 	// DedupExpiring is a budget usage report's idempotency key expiring
 	// about now.
 	DedupExpiring
+	// CancelBacklog is a cancelled flow's cancel backlog whose grace
+	// (CancelBacklogGrace) ends about now, as FlowFabric's flow cancel
+	// leaves it when its server never acks: a header and one member row,
+	// the member a live execution of the flow (its own cancel failed).
+	CancelBacklog
 	numKinds
 )
+
+// CancelBacklogGrace is the cancel backlog's default grace, which the
+// demo's backlog headers are dated for.
+const CancelBacklogGrace = 30 * time.Second
 
 // DependencyStale is the dependency reconciler's default stale threshold,
 // which the demo's completion events are dated for.
@@ -127,7 +137,7 @@ const DependencyStale = 15 * time.Second
 
 var kindNames = [numKinds]string{"lease_expired", "lease_expiring", "suspension", "delayed", "cancel_group",
 	"orphan_pending", "stale_pending", "deadline_passing", "waitpoint_expiring", "budget_due", "worker_stale", "flow_step",
-	"grant_expiring", "admission_expiring", "dedup_expiring"}
+	"grant_expiring", "admission_expiring", "dedup_expiring", "cancel_backlog"}
 
 func (k Kind) String() string {
 	if k >= 0 && k < numKinds {
@@ -149,7 +159,7 @@ func (k Kind) String() string {
 var deck = []Kind{
 	LeaseExpired, Suspension, Delayed, LeaseExpiring, Suspension, CancelGroup, Suspension, DeadlinePassing,
 	LeaseExpired, Delayed, Suspension, Suspension, LeaseExpiring, WaitpointExpiring, Suspension, Delayed,
-	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, Delayed, WorkerStale, FlowStep,
+	Suspension, CancelGroup, OrphanPending, LeaseExpired, StalePending, BudgetDue, CancelBacklog, WorkerStale, FlowStep,
 	GrantExpiring, AdmissionExpiring, DedupExpiring,
 }
 
@@ -205,11 +215,11 @@ func (c *Counts) Add(o Counts) {
 func (c Counts) String() string {
 	return fmt.Sprintf("%d items (%d rows): leases %d expired + %d expiring, suspensions %d, delayed %d, cancel groups %d (%d siblings), "+
 		"orphan pending %d, stale pending %d, deadlines %d, waitpoints %d, budgets %d, workers %d, flow steps %d (%d failed), "+
-		"claim grants %d, quota admissions %d, budget dedup keys %d",
+		"claim grants %d, quota admissions %d, budget dedup keys %d, cancel backlogs %d",
 		c.Total(), c.Rows, c.Items[LeaseExpired], c.Items[LeaseExpiring], c.Items[Suspension], c.Items[Delayed],
 		c.Items[CancelGroup], c.Siblings, c.Items[OrphanPending], c.Items[StalePending], c.Items[DeadlinePassing],
 		c.Items[WaitpointExpiring], c.Items[BudgetDue], c.Items[WorkerStale], c.Items[FlowStep], c.FlowsFailed,
-		c.Items[GrantExpiring], c.Items[AdmissionExpiring], c.Items[DedupExpiring])
+		c.Items[GrantExpiring], c.Items[AdmissionExpiring], c.Items[DedupExpiring], c.Items[CancelBacklog])
 }
 
 // Beginner starts a transaction: *pgxpool.Pool and *pgx.Conn satisfy it.
@@ -498,6 +508,19 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		 VALUES ($1, $2, '{"outcome": "applied"}'::jsonb, $3::bigint - 86400000, $3::bigint)`,
 			int16(f.rng.IntN(DemoBudgetPartitions)), "demo-usage-"+f.uuid(), due(f.between(nowMs, -2000, 4000)))
 		c.Rows++
+	case CancelBacklog:
+		flow, member := f.uuid(), f.uuid()
+		requested := due(f.between(nowMs, -2000, 4000)) - CancelBacklogGrace.Milliseconds()
+		b.Queue(`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, terminal_at_ms, raw_fields)
+		 VALUES ($1, $2, 'cancelled', $3, $4, jsonb_build_object('cancellation_policy', 'cancel_flow_only', 'cancel_reason', 'demo cancel'))`,
+			p, flow, nowMs-120_000, requested)
+		f.exec(b, execRow{p: p, id: member, flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
+			public: "waiting", attempt: "pending_first_attempt", nowMs: nowMs})
+		b.Queue(`INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
+		 VALUES ($1, $2, $3, '', 'demo cancel', 'cancel_flow_only', 'pending')`, p, flow, requested)
+		b.Queue(`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $2, $3)`,
+			p, flow, fmt.Sprintf("{fp:%d}:%s", p, member))
+		c.Rows += 4
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]

@@ -113,14 +113,46 @@ func cancelExecutionOnce(ctx context.Context, db TxDB, k execKey, args CancelExe
 	if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
 		return nil, dbErr("cancel_execution: set isolation", k, err)
 	}
+	res, err := cancelExecutionInTx(ctx, tx, k, args)
+	if err != nil || res.AlreadyCancelled {
+		return res, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, dbErr("cancel_execution: commit", k, err)
+	}
+	return res, nil
+}
 
+// CancelExecutionTx runs cancel_execution_once's statements (see
+// CancelExecution) inside tx, which the caller begins (SERIALIZABLE, as
+// FlowFabric does, or not) and commits, with no retry: for tests that hold
+// FlowFabric's cancel open, its execution locked, while another
+// transaction runs. On an error or an execution already cancelled the
+// caller should roll back, as FlowFabric does.
+func CancelExecutionTx(ctx context.Context, tx pgx.Tx, partition int16, executionID string, args CancelExecutionArgs) (*CancelExecutionResult, error) {
+	k, err := parseExec("cancel_execution", partition, executionID)
+	if err != nil {
+		return nil, err
+	}
+	if args.Source == "" {
+		args.Source = "operator_override"
+	}
+	if args.NowMs == 0 {
+		args.NowMs = nowMs()
+	}
+	return cancelExecutionInTx(ctx, tx, k, args)
+}
+
+// cancelExecutionInTx is cancel_execution_once's body between its BEGIN and
+// COMMIT.
+func cancelExecutionInTx(ctx context.Context, tx pgx.Tx, k execKey, args CancelExecutionArgs) (*CancelExecutionResult, error) {
 	var (
 		phase, publicState string
 		attemptIndex       int32
 		workerInstanceID   *string
 		leaseEpoch         *int64
 	)
-	err = tx.QueryRow(ctx, `
+	err := tx.QueryRow(ctx, `
         SELECT ec.lifecycle_phase,
                ec.public_state,
                ec.attempt_index,
@@ -201,8 +233,5 @@ func cancelExecutionOnce(ctx context.Context, db TxDB, k execKey, args CancelExe
 		}
 	}
 
-	if err := tx.Commit(ctx); err != nil {
-		return nil, dbErr("cancel_execution: commit", k, err)
-	}
 	return &CancelExecutionResult{PublicState: "cancelled", LeaseRevoked: leaseActive}, nil
 }

@@ -2,6 +2,7 @@ package fftest
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/flowfabric/ffreconcile/store"
@@ -118,4 +119,87 @@ func Dispatched(t testing.TB, db store.DB, partition int16, eventID int64) bool 
 func Blocked(partition int16, flowID string) Exec {
 	return Exec{Partition: partition, FlowID: flowID, LifecyclePhase: "blocked", OwnershipState: "unowned",
 		EligibilityState: "blocked_by_dependencies", PublicState: "waiting", AttemptState: "pending"}
+}
+
+// InsertFlow inserts an ff_flow_core row in public_flow_state state
+// ("open" when ""), as FlowFabric's create_flow leaves one, with rawFields
+// ({} when nil).
+func InsertFlow(t testing.TB, db store.DB, partition int16, flowID, state string, rawFields map[string]any) {
+	t.Helper()
+	if state == "" {
+		state = "open"
+	}
+	if rawFields == nil {
+		rawFields = map[string]any{}
+	}
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
+		VALUES ($1, $2::uuid, $3, 1, $4)`, partition, flowID, state, rawFields); err != nil {
+		t.Fatalf("insert ff_flow_core: %v", err)
+	}
+}
+
+// WireID is FlowFabric's wire form of an execution id, "{fp:N}:<uuid>":
+// what ff_cancel_backlog_member and the quota tables store.
+func WireID(partition int16, id string) string {
+	return "{fp:" + strconv.Itoa(int(partition)) + "}:" + id
+}
+
+// Backlog is a cancel backlog header with its member rows, as FlowFabric's
+// cancel_flow_header writes them (grace_until_ms left NULL unless set).
+type Backlog struct {
+	Partition     int16
+	FlowID        string
+	RequestedAtMs int64
+	GraceUntilMs  *int64
+	Reason        string
+	Policy        string // "cancel_all" when ""
+	// Members are member ids as stored: wire ids (WireID), or anything
+	// else for a bad row.
+	Members []string
+}
+
+// InsertBacklog inserts b's header and member rows.
+func InsertBacklog(t testing.TB, db store.DB, b Backlog) {
+	t.Helper()
+	if b.Policy == "" {
+		b.Policy = "cancel_all"
+	}
+	if _, err := db.Exec(context.Background(), `
+		INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, grace_until_ms, cancellation_policy, status)
+		VALUES ($1, $2::uuid, $3, '', $4, $5, $6, 'pending')`,
+		b.Partition, b.FlowID, b.RequestedAtMs, b.Reason, b.GraceUntilMs, b.Policy); err != nil {
+		t.Fatalf("insert ff_cancel_backlog: %v", err)
+	}
+	for _, m := range b.Members {
+		if _, err := db.Exec(context.Background(), `
+			INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $2::uuid, $3)`,
+			b.Partition, b.FlowID, m); err != nil {
+			t.Fatalf("insert ff_cancel_backlog_member: %v", err)
+		}
+	}
+}
+
+// BacklogMembers returns the member ids of a flow's backlog, sorted, and
+// whether its header exists.
+func BacklogMembers(t testing.TB, db store.DB, partition int16, flowID string) (members []string, header bool) {
+	t.Helper()
+	header = Count(t, db, `SELECT count(*) FROM ff_cancel_backlog WHERE partition_key = $1 AND flow_id = $2::uuid`, partition, flowID) == 1
+	rows, err := db.Query(context.Background(), `
+		SELECT execution_id FROM ff_cancel_backlog_member WHERE partition_key = $1 AND flow_id = $2::uuid ORDER BY 1`, partition, flowID)
+	if err != nil {
+		t.Fatalf("read ff_cancel_backlog_member: %v", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m string
+		if err := rows.Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		members = append(members, m)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return members, header
 }

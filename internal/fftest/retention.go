@@ -2,6 +2,7 @@ package fftest
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +18,9 @@ func Terminal(partition int16, terminalAtMs int64) Exec {
 }
 
 // InsertSiblings inserts one row of execID (of flow flowID, a UUID) into
-// every table store.RetentionSiblingTables lists.
+// every table store.RetentionSiblingTables lists; into the text tables that
+// store FlowFabric's wire id (ff_cancel_backlog_member, ff_quota_*) a second
+// row under the wire id "{fp:N}:<uuid>", as FlowFabric writes them.
 func InsertSiblings(t testing.TB, db store.DB, partition int16, execID, flowID string) {
 	t.Helper()
 	for _, q := range []string{
@@ -36,8 +39,15 @@ func InsertSiblings(t testing.TB, db store.DB, partition int16, execID, flowID s
 		`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms) VALUES ($1, 'q', $2, 1, 2)`,
 		`INSERT INTO ff_quota_window (partition_key, quota_policy_id, admitted_at_ms, execution_id) VALUES ($1, 'q', 1, $2)`,
 		`INSERT INTO ff_signal_event (execution_id, signal_id, delivered_at_ms, partition_key) VALUES ($2, 's', 1, $1)`,
+		// The wire id (in $2's place), with the flow in $3.
+		`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $3::uuid, $2) -- wire`,
+		`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms) VALUES ($1, 'q', $2, 1, 2) -- wire`,
+		`INSERT INTO ff_quota_window (partition_key, quota_policy_id, admitted_at_ms, execution_id) VALUES ($1, 'q', 1, $2) -- wire`,
 	} {
 		args := []any{partition, execID}
+		if strings.HasSuffix(q, "-- wire") {
+			args[1] = WireID(partition, execID)
+		}
 		if strings.Contains(q, "$3") {
 			args = append(args, flowID)
 		}
@@ -47,7 +57,29 @@ func InsertSiblings(t testing.TB, db store.DB, partition int16, execID, flowID s
 	}
 }
 
-// SiblingRows returns, per sibling table, how many rows execID has there.
+// WireSiblingTables are the sibling tables InsertSiblings gives a second
+// row, under the wire id.
+var WireSiblingTables = []string{"ff_cancel_backlog_member", "ff_quota_admitted", "ff_quota_window"}
+
+// SiblingsEach is what SiblingRows returns for an execution InsertSiblings
+// gave rows n times over (0: none left): n in every sibling table, 2n in
+// WireSiblingTables.
+func SiblingsEach(n int) map[string]int {
+	m := map[string]int{}
+	for _, t := range append(append([]string{}, store.RetentionSiblingTables.UUID...), store.RetentionSiblingTables.Text...) {
+		m[t] = n
+		if slices.Contains(WireSiblingTables, t) {
+			m[t] = 2 * n
+		}
+	}
+	return m
+}
+
+// SiblingRowsEach is the number of sibling rows InsertSiblings inserts.
+var SiblingRowsEach = len(store.RetentionSiblingTables.UUID) + len(store.RetentionSiblingTables.Text) + len(WireSiblingTables)
+
+// SiblingRows returns, per sibling table, how many rows execID has there
+// (in the text tables under its bare uuid or its wire id).
 func SiblingRows(t testing.TB, db store.DB, partition int16, execID string) map[string]int {
 	t.Helper()
 	out := map[string]int{}
@@ -55,7 +87,8 @@ func SiblingRows(t testing.TB, db store.DB, partition int16, execID string) map[
 		out[table] = Count(t, db, `SELECT count(*) FROM `+table+` WHERE partition_key = $1 AND execution_id = $2::uuid`, partition, execID)
 	}
 	for _, table := range store.RetentionSiblingTables.Text {
-		out[table] = Count(t, db, `SELECT count(*) FROM `+table+` WHERE partition_key = $1 AND execution_id = $2`, partition, execID)
+		out[table] = Count(t, db, `SELECT count(*) FROM `+table+` WHERE partition_key = $1 AND execution_id IN ($2, $3)`,
+			partition, execID, WireID(partition, execID))
 	}
 	return out
 }

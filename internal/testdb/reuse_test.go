@@ -38,7 +38,7 @@ func TestEmptyOffersOnlyWhatItCanClean(t *testing.T) {
 			`DELETE FROM ff_exec_core WHERE partition_key < 10`,
 		}},
 		{name: "TableCreated", stmts: []string{`CREATE TABLE made_by_a_test (x int)`}, want: "catalogs written: "},
-		{name: "IndexDropped", stmts: []string{`DROP INDEX ffreconcile_exec_core_terminal_idx`}, want: "catalogs written: "},
+		{name: "IndexDropped", stmts: []string{`DROP INDEX ffreconcile_exec_core_ended_idx`}, want: "catalogs written: "},
 		{name: "Commented", stmts: []string{`COMMENT ON TABLE ff_attempt IS 'x'`}, want: "catalogs written: "},
 		{name: "ColumnDefaultChanged", stmts: []string{`ALTER TABLE ff_attempt ALTER COLUMN lease_epoch SET DEFAULT 7`}, want: "catalogs written: "},
 		{name: "ColumnDropped", stmts: []string{`ALTER TABLE ff_attempt DROP COLUMN outcome`}, want: "catalogs written: "},
