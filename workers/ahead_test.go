@@ -46,7 +46,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			soon := tt.insert(t, db.Pool, 7, deadline)
 			far := tt.insert(t, db.Pool, 8, deadline+60_000)
 
-			fleettest.WaitFor(t, 30*time.Second, "the row due soon to be acted on", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the row due soon to be acted on", func() (bool, string) {
 				return tt.acted(t, db.Pool, 7, soon), fleettest.Statusf("%+v", c.Snapshot())
 			})
 			var scheduledAt, attemptedAt time.Time
@@ -72,7 +72,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			// The scan counts its jobs after their insert commits, so
 			// the job can be done before it is counted.
 			waitApplied(t, c, 1)
-			fleettest.WaitFor(t, 5*time.Second, "the row job counted as enqueued ahead", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the row job counted as enqueued ahead", func() (bool, string) {
 				return c.EnqueuedAhead.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
 			})
 			if st := c.Snapshot(); st.EnqueuedAhead != 1 || st.Applied != 1 || st.NoOps != 0 {
@@ -87,7 +87,7 @@ func TestRowsFallingDueSoonStartAtTheirDeadline(t *testing.T) {
 			// The waker sends from a goroutine of its own: a scan late on
 			// a loaded machine inserts a job already due, which River's
 			// insert notification can start before the wake-up goes.
-			fleettest.WaitFor(t, 5*time.Second, "the wake-up sent", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the wake-up sent", func() (bool, string) {
 				return f.Waker.Sent() > 0, fleettest.Statusf("%d wake-ups pending", f.Waker.Pending())
 			})
 		})
@@ -149,7 +149,7 @@ func TestRowJobStartedBeforeItsDeadlineWaitsForIt(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				fleettest.WaitFor(t, 30*time.Second, "the row acted on", func() (bool, string) {
+				fleettest.WaitFor(t, fleettest.Patient, "the row acted on", func() (bool, string) {
 					return tt.acted(t, db.Pool, 3, id), fleettest.Statusf("%+v", readJob(t, db.Pool, res.Job.ID))
 				})
 				if j := waitJobState(t, db.Pool, res.Job.ID, "completed"); j.Snoozes != 1 || j.Attempt != 1 {
@@ -190,12 +190,12 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			}
 
 			due := tt.insert(t, db.Pool, 5, store.NowMs()-1000)
-			fleettest.WaitFor(t, 30*time.Second, "the due row's job queued", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the due row's job queued", func() (bool, string) {
 				state, _ := jobOf(due)
 				return state == "available", "job state " + state
 			})
 			ticks := c.Ticks.Load()
-			fleettest.WaitFor(t, 30*time.Second, "two more ticks", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "two more ticks", func() (bool, string) {
 				return c.Ticks.Load() >= ticks+2, fleettest.Statusf("%+v", c.Snapshot())
 			})
 			if state, _ := jobOf(due); state != "available" {
@@ -209,7 +209,7 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			// The scan counts the row job after its insert commits: the
 			// test can see the job before the count (a loaded run saw Enqueued 1,
 			// EnqueuedAhead 0 here), so it waits for both.
-			fleettest.WaitFor(t, 30*time.Second, "the row due soon enqueued ahead despite the busy partition", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the row due soon enqueued ahead despite the busy partition", func() (bool, string) {
 				state, _ := jobOf(soon)
 				return state != "" && c.EnqueuedAhead.Load() > 0, fleettest.Statusf("job state %q; %+v", state, c.Snapshot())
 			})
@@ -226,7 +226,7 @@ func TestBusyPartitionStillEnqueuesRowsAhead(t *testing.T) {
 			if err := f.Client.QueueResume(ctx, jobs.QueueRows, nil); err != nil {
 				t.Fatal(err)
 			}
-			fleettest.WaitFor(t, 30*time.Second, "both rows acted on", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "both rows acted on", func() (bool, string) {
 				return tt.acted(t, db.Pool, 5, due) && tt.acted(t, db.Pool, 5, soon), fleettest.Statusf("%+v", c.Snapshot())
 			})
 			waitApplied(t, c, 2)
@@ -262,11 +262,11 @@ func TestRowQueuedAheadIsNotOfferedAgain(t *testing.T) {
 		}
 		return x
 	}
-	fleettest.WaitFor(t, 30*time.Second, "the row enqueued ahead", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the row enqueued ahead", func() (bool, string) {
 		return xmin() != "", fleettest.Statusf("%+v", c.Snapshot())
 	})
 	first := xmin()
-	fleettest.WaitFor(t, 30*time.Second, "a later scan finding the row queued", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a later scan finding the row queued", func() (bool, string) {
 		// EnqueuedAhead too: the first scan counts its job after the commit.
 		return c.AlreadyQueued.Load() > 0 && c.EnqueuedAhead.Load() > 0, fleettest.Statusf("%+v", c.Snapshot())
 	})

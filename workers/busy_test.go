@@ -39,14 +39,14 @@ func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 			}
 
 			first := tt.insert(t, db.Pool, 5, store.NowMs()-1000)
-			fleettest.WaitFor(t, 30*time.Second, "the first row's job queued", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the first row's job queued", func() (bool, string) {
 				n := queued()
 				return n == 1, fleettest.Statusf("%d row jobs; %+v", n, c.Snapshot())
 			})
 			late := tt.insert(t, db.Pool, 5, store.NowMs()-1000)
 			// A scan counts its jobs after their insert commits: the job
 			// can be seen before the counters (a loaded run failed on it).
-			fleettest.WaitFor(t, 30*time.Second, "the late row's job queued although its partition is busy", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the late row's job queued although its partition is busy", func() (bool, string) {
 				n := queued()
 				return n == 2 && c.Enqueued.Load() >= 2, fleettest.Statusf("%d row jobs; %+v", n, c.Snapshot())
 			})
@@ -57,7 +57,7 @@ func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 
 			// Every due row has its job now: the partition is skipped again.
 			// (A tick counts itself before it decides, so wait for the skips.)
-			fleettest.WaitFor(t, 30*time.Second, "two more ticks skipping the partition", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "two more ticks skipping the partition", func() (bool, string) {
 				return c.PartitionsBusy.Load() >= st.PartitionsBusy+2, fleettest.Statusf("%+v", c.Snapshot())
 			})
 			if now := c.Snapshot(); now.BusyRescans != st.BusyRescans || now.Enqueued != st.Enqueued || now.AlreadyQueued != st.AlreadyQueued {
@@ -67,7 +67,7 @@ func TestBusyPartitionRescansRowsNoScanEnqueued(t *testing.T) {
 			if err := f.Client.QueueResume(ctx, jobs.QueueRows, nil); err != nil {
 				t.Fatal(err)
 			}
-			fleettest.WaitFor(t, 30*time.Second, "both rows acted on", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "both rows acted on", func() (bool, string) {
 				return tt.acted(t, db.Pool, 5, first) && tt.acted(t, db.Pool, 5, late), fleettest.Statusf("%+v", c.Snapshot())
 			})
 		})
@@ -89,7 +89,7 @@ func TestBusyCancelPartitionIsSkipped(t *testing.T) {
 	}
 	c := f.Workers.Stats().For(workers.CancelDispatch.Name)
 	insertGroup(t, db.Pool, 9, 1, false, true, "")
-	fleettest.WaitFor(t, 30*time.Second, "two ticks skipping the busy partition", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "two ticks skipping the busy partition", func() (bool, string) {
 		return c.PartitionsBusy.Load() >= 2, fleettest.Statusf("%+v", c.Snapshot())
 	})
 	if st := c.Snapshot(); st.Errors != 0 || st.BusyRescans != 0 {

@@ -106,7 +106,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 		return fftest.Count(t, pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND args->>'flow_id' = $2
 			AND ($3 = '' OR state::text = $3)`, jobs.KindCancelDispatch, g.flow, state)
 	}
-	fleettest.WaitFor(t, 20*time.Second, "a dispatch job completed while the group is locked", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a dispatch job completed while the group is locked", func() (bool, string) {
 		n := dispatchJobs("completed")
 		return n >= 1, fleettest.Statusf("%d completed dispatch jobs", n)
 	})
@@ -130,7 +130,7 @@ func TestCancelDispatchLockedGroupIsLeftForLater(t *testing.T) {
 	if err := holder.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 20*time.Second, "the group dispatched", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the group dispatched", func() (bool, string) {
 		return !g.pending(t, pool), "pending row still there"
 	})
 	if n := g.cancelledByDispatch(t, pool); n != len(g.live) {
@@ -178,7 +178,7 @@ func TestCancelDispatchAndReconcile(t *testing.T) {
 		return f.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load() +
 			f.Workers.Stats().For(workers.CancelReconcile.Name).Applied.Load()
 	}
-	fleettest.WaitFor(t, 30*time.Second, "every pending row handled", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "every pending row handled", func() (bool, string) {
 		return applied() >= int64(len(flagged)+len(cleared)+1), fleettest.Statusf("%d applied", applied())
 	})
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key IN (20, 21, 22, 23)`); n != 0 {
@@ -226,7 +226,7 @@ func TestCancelReconcileLeavesLiveGroups(t *testing.T) {
 	stale := insertGroup(t, pool, 32, 1, false, false, "")
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelReconcile)})
-	fleettest.WaitFor(t, 20*time.Second, "settled and stale groups reconciled", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "settled and stale groups reconciled", func() (bool, string) {
 		return !settled.pending(t, pool) && !stale.pending(t, pool), "pending rows still there"
 	})
 	waitTicks(t, f, workers.CancelReconcile, 2)
@@ -262,7 +262,7 @@ func TestCancelFilterLimitsTheFleet(t *testing.T) {
 		Reconcilers: fleettest.Fast(workers.CancelDispatch, workers.CancelReconcile),
 		Filter:      store.Filter{Namespace: "mine"},
 	})
-	fleettest.WaitFor(t, 20*time.Second, "the tenant's groups handled", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the tenant's groups handled", func() (bool, string) {
 		return !mine.pending(t, pool) && !mineStale.pending(t, pool), "pending rows still there"
 	})
 	waitTicks(t, f, workers.CancelDispatch, 2)
@@ -312,7 +312,7 @@ func TestCancelDispatchTwoClientsExactlyOnce(t *testing.T) {
 		return f1.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load() +
 			f2.Workers.Stats().For(workers.CancelDispatch.Name).Applied.Load()
 	}
-	fleettest.WaitFor(t, 40*time.Second, "every group dispatched", func() (bool, string) {
+	fleettest.WaitFor(t, 2*time.Minute, "every group dispatched", func() (bool, string) {
 		return applied() >= groups, fleettest.Statusf("%d applied", applied())
 	})
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key = ANY($1)`, parts); n != 0 {

@@ -276,7 +276,7 @@ func startLookingAhead(t *testing.T, db *testdb.DB, r *workers.Reconciler, margi
 	t.Helper()
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(r), Lookahead: margin})
 	c := f.Workers.Stats().For(r.Name)
-	fleettest.WaitFor(t, 30*time.Second, "the first tick", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the first tick", func() (bool, string) {
 		return c.Ticks.Load() > 0, "no tick yet"
 	})
 	return f, c
@@ -344,7 +344,7 @@ func waitPromoted(t *testing.T, pool *pgxpool.Pool, p int16, id string, timeout 
 func waitJobState(t *testing.T, pool *pgxpool.Pool, id int64, state string) riverJob {
 	t.Helper()
 	var j riverJob
-	fleettest.WaitFor(t, 20*time.Second, "job reaching state "+state, func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "job reaching state "+state, func() (bool, string) {
 		j = readJob(t, pool, id)
 		return j.State == state, fleettest.Statusf("%+v", j)
 	})
@@ -382,7 +382,7 @@ func waitTicksOfAll(t *testing.T, f *fleet.Fleet, rs []*workers.Reconciler, n in
 	for i, r := range rs {
 		start[i] = f.Workers.Stats().For(r.Name).Ticks.Load()
 	}
-	fleettest.WaitFor(t, 15*time.Second, "more ticks", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "more ticks", func() (bool, string) {
 		for i, r := range rs {
 			if got := f.Workers.Stats().For(r.Name).Ticks.Load(); got < start[i]+n {
 				return false, fleettest.Statusf("%s: %d ticks (from %d)", r.Name, got, start[i])
@@ -455,7 +455,7 @@ func requireBothRaced(t *testing.T, r *workers.Reconciler, f1, f2 *fleet.Fleet, 
 // the row change checks the counters only once they have caught up.
 func waitApplied(t *testing.T, c *workers.Counters, n int64) {
 	t.Helper()
-	fleettest.WaitFor(t, 5*time.Second, "the row actions counted", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the row actions counted", func() (bool, string) {
 		return c.Applied.Load() >= n, fleettest.Statusf("%+v", c.Snapshot())
 	})
 }

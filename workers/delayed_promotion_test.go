@@ -58,10 +58,10 @@ func TestDelayedPromotionSweep(t *testing.T) {
 		BatchSize:   10,
 	})
 	for _, r := range due {
-		waitPromoted(t, db.Pool, r.p, r.id, 30*time.Second)
+		waitPromoted(t, db.Pool, r.p, r.id, fleettest.Patient)
 	}
 	ticks := f.Workers.Stats().For(workers.DelayedPromotion.Name).Ticks.Load()
-	fleettest.WaitFor(t, 10*time.Second, "two more ticks", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "two more ticks", func() (bool, string) {
 		n := f.Workers.Stats().For(workers.DelayedPromotion.Name).Ticks.Load()
 		return n >= ticks+2, fleettest.Statusf("%d ticks", n)
 	})
@@ -107,7 +107,7 @@ func TestAdHocPromotionInRolledBackTransactionNeverRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitPromoted(t, db.Pool, 3, committed, 20*time.Second)
+	waitPromoted(t, db.Pool, 3, committed, fleettest.Patient)
 	waitJobState(t, db.Pool, res.Job.ID, "completed")
 
 	if ex := fftest.ReadExec(t, db.Pool, 3, rolledBack); ex.EligibilityState != "not_eligible_until_time" {
@@ -182,7 +182,7 @@ func TestScheduledPromotionOnTimeWithoutSweep(t *testing.T) {
 		if string(res.Job.State) != wantState {
 			t.Fatalf("inserted %s ahead: job state %s; want %s", ahead, res.Job.State, wantState)
 		}
-		waitPromoted(t, db.Pool, 4, id, 30*time.Second)
+		waitPromoted(t, db.Pool, 4, id, fleettest.Patient)
 		// The attempt that promoted began no earlier than "at".
 		var began time.Time
 		if err := db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river.river_job WHERE id = $1`, res.Job.ID).Scan(&began); err != nil {
@@ -234,7 +234,7 @@ func TestSQLPromotionOnTime(t *testing.T) {
 					t.Fatalf("called %s ahead: job state %s; want scheduled", ahead, j.State)
 				}
 			}
-			waitPromoted(t, db.Pool, 6, id, 30*time.Second)
+			waitPromoted(t, db.Pool, 6, id, fleettest.Patient)
 			var began time.Time
 			if err := db.Pool.QueryRow(ctx, `SELECT attempted_at FROM river.river_job WHERE id = $1`, jobID).Scan(&began); err != nil {
 				t.Fatal(err)
@@ -260,11 +260,11 @@ func TestSQLPromotionOnTime(t *testing.T) {
 		if _, err := f.Client.Insert(ctx, jobs.PromoteArgs{Partition: &p, ExecutionID: first}, nil); err != nil {
 			t.Fatal(err)
 		}
-		waitPromoted(t, db.Pool, 6, first, 30*time.Second)
+		waitPromoted(t, db.Pool, 6, first, fleettest.Patient)
 
 		id := fftest.InsertExec(t, db.Pool, fftest.Delayed(6, store.NowMs()-1000))
 		jobID := promote(t, db, 6, id, nil)
-		waitPromoted(t, db.Pool, 6, id, 30*time.Second)
+		waitPromoted(t, db.Pool, 6, id, fleettest.Patient)
 		if j := waitJobState(t, db.Pool, jobID, "completed"); j.Attempt != 1 || j.Snoozes != 0 {
 			t.Fatalf("job = %+v; want completed in one attempt", j)
 		}
@@ -295,7 +295,7 @@ func TestEarlyPromotionSnoozesUntilDue(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	waitPromoted(t, db.Pool, 5, soon, 20*time.Second)
+	waitPromoted(t, db.Pool, 5, soon, fleettest.Patient)
 	if j := waitJobState(t, db.Pool, soonJob.Job.ID, "completed"); j.Snoozes < 1 || j.Attempt != 1 {
 		t.Fatalf("job = %+v; want completed after at least one snooze, in one attempt", j)
 	}

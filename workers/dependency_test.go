@@ -48,7 +48,7 @@ func TestDependencyChainDrainsAtOnce(t *testing.T) {
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency), Settings: workers.Values{workers.DependencyStaleThreshold: time.Hour},
 		Filter: store.Filter{Namespace: "acme"}, FetchPollInterval: time.Minute})
 	last := chain[len(chain)-1]
-	fleettest.WaitFor(t, 30*time.Second, "the chain's last downstream skipped", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the chain's last downstream skipped", func() (bool, string) {
 		evs := fftest.CompletionEvents(t, pool, last)
 		return len(evs) == 1 && fftest.Dispatched(t, pool, p, evs[0].EventID), fleettest.Statusf("%+v", fftest.ReadExec(t, pool, p, last))
 	})
@@ -93,7 +93,7 @@ func TestDependencyPrimaryDispatchesOnNotification(t *testing.T) {
 	down := fftest.InsertExec(t, pool, fftest.Blocked(p, flow))
 	fftest.Link(t, pool, p, flow, `{"kind":"all_of"}`, down, up)
 	id := fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: up, FlowID: flow, Outcome: "success"})
-	fleettest.WaitFor(t, 20*time.Second, "the notified event dispatched", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the notified event dispatched", func() (bool, string) {
 		return fftest.Dispatched(t, pool, p, id), ""
 	})
 	if ex := fftest.ReadExec(t, pool, p, down); ex.EligibilityState != "eligible_now" {
@@ -123,7 +123,7 @@ func TestDependencyWithTheCancelPair(t *testing.T) {
 			fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: ups[0], FlowID: flow, Outcome: "success",
 				CommittedAtMs: staleMs()})
 			fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency, workers.CancelDispatch, workers.CancelReconcile)})
-			fleettest.WaitFor(t, 30*time.Second, "both siblings cancelled", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "both siblings cancelled", func() (bool, string) {
 				n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE flow_id = $1 AND public_state = 'cancelled'
 					AND cancellation_reason = 'sibling_quorum_satisfied'`, flow)
 				return n == 2, fleettest.Statusf("%d cancelled", n)
@@ -160,7 +160,7 @@ func TestDependencyHotGroupFromTwoProcesses(t *testing.T) {
 	}
 	cfg := fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency), BatchSize: 50}
 	f1, f2 := fleettest.Start(t, db, cfg), fleettest.Start(t, db, cfg)
-	fleettest.WaitFor(t, 60*time.Second, "every event dispatched", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "every event dispatched", func() (bool, string) {
 		left := fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event WHERE flow_id = $1 AND dispatched_at_ms IS NULL`, flow)
 		return left == 0, fleettest.Statusf("%d left", left)
 	})

@@ -47,3 +47,10 @@ var JobDeadlineMs = jobDeadlineMs
 // SetTickWait shortens how long a tick waits for the one running in its
 // process (TickWait).
 func (s *Set) SetTickWait(d time.Duration) { s.d.tickWait = d }
+
+// RowWorker is r's row worker as s registers it, typed by its row args R,
+// for a test that works one job with rivertest.Worker instead of a fleet.
+// It panics when R is not r's row args.
+func RowWorker[R river.JobArgs](s *Set, r *Reconciler) river.Worker[R] {
+	return r.newRowWorker(s.d).(river.Worker[R])
+}

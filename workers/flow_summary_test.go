@@ -78,7 +78,7 @@ func TestFlowSummaryKeepsTheRollup(t *testing.T) {
 				}
 				return s, ok
 			}
-			fleettest.WaitFor(t, 60*time.Second, "the tenant's flows projected", func() (bool, string) {
+			fleettest.WaitFor(t, 3*time.Minute, "the tenant's flows projected", func() (bool, string) {
 				_, a := summary(2, before)
 				_, b := summary(3, running)
 				_, c := summary(3, ending)
@@ -101,7 +101,7 @@ func TestFlowSummaryKeepsTheRollup(t *testing.T) {
 				terminal_at_ms = $2 WHERE partition_key = 3 AND flow_id = $1`, ending, store.NowMs()); err != nil {
 				t.Fatal(err)
 			}
-			fleettest.WaitFor(t, 60*time.Second, "the ended flow's final projection", func() (bool, string) {
+			fleettest.WaitFor(t, 3*time.Minute, "the ended flow's final projection", func() (bool, string) {
 				s, _ := summary(3, ending)
 				return s.PublicFlowState == "completed", fleettest.Statusf("%+v", s)
 			})
@@ -128,7 +128,7 @@ func TestFlowSummaryKeepsTheRollup(t *testing.T) {
 				WHERE partition_key = 2 AND flow_id = $1 AND public_state = 'failed'`, before); err != nil {
 				t.Fatal(err)
 			}
-			fleettest.WaitFor(t, 60*time.Second, "the replayed flow projected again", func() (bool, string) {
+			fleettest.WaitFor(t, 3*time.Minute, "the replayed flow projected again", func() (bool, string) {
 				s, _ := summary(2, before)
 				return s.PublicFlowState == "blocked" && s.MembersWaitingChildren == 1, fleettest.Statusf("%+v", s)
 			})

@@ -3,7 +3,6 @@ package workers_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
@@ -65,7 +64,7 @@ func TestStartedScanGetsAFollowUpWithoutItsRowLocked(t *testing.T) {
 
 			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.r), BatchSize: 2})
 			c := f.Workers.Stats().For(tt.r.Name)
-			fleettest.WaitFor(t, 30*time.Second, "every row of the partition with a started scan acted on", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "every row of the partition with a started scan acted on", func() (bool, string) {
 				n := 0
 				for _, id := range ids {
 					if tt.acted(t, db.Pool, started, id) {

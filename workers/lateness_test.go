@@ -56,10 +56,10 @@ func TestRowsAlreadyDueReportLatenessFromTheirRow(t *testing.T) {
 			f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(tt.r), Observer: obs})
 			c := f.Workers.Stats().For(tt.r.Name)
 
-			fleettest.WaitFor(t, 30*time.Second, "the overdue row to be acted on", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "the overdue row to be acted on", func() (bool, string) {
 				return tt.acted(t, db.Pool, 7, id), fleettest.Statusf("%+v", c.Snapshot())
 			})
-			fleettest.WaitFor(t, 5*time.Second, "its lateness reported", func() (bool, string) {
+			fleettest.WaitFor(t, fleettest.Patient, "its lateness reported", func() (bool, string) {
 				return len(obs.of(tt.r.Name)) > 0, fleettest.Statusf("%+v", c.Snapshot())
 			})
 

@@ -29,7 +29,7 @@ func TestLeaseExpiryBacklogLargerThanBatchDrains(t *testing.T) {
 		Reconcilers: map[string]time.Duration{workers.LeaseExpiry.Name: 30 * time.Second}, // one tick (RunOnStart)
 		BatchSize:   10,
 	})
-	fleettest.WaitFor(t, 30*time.Second, "all 35 leases released", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "all 35 leases released", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return n == 0, fleettest.Statusf("%d leases left", n)
 	})
@@ -76,7 +76,7 @@ func TestLeaseExpiryTwoClientsExactlyOnce(t *testing.T) {
 	f1 := fleettest.Start(t, db, cfg)
 	f2 := fleettest.Start(t, db, cfg)
 
-	fleettest.WaitFor(t, 60*time.Second, "every lease released", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "every lease released", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return n == 0, fleettest.Statusf("%d leases left", n)
 	})
@@ -96,7 +96,7 @@ func TestLeaseExpiryTwoClientsExactlyOnce(t *testing.T) {
 	}
 	requireBothRaced(t, workers.LeaseExpiry, f1, f2, len(dups))
 	// Nothing left behind in River.
-	fleettest.WaitFor(t, 10*time.Second, "no unfinished River jobs for rows", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "no unfinished River jobs for rows", func() (bool, string) {
 		var n int
 		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state NOT IN ('completed')`,
 			jobs.KindLeaseRelease).Scan(&n)
@@ -124,13 +124,13 @@ func TestLeaseExpiryFilterLimitsTheFleet(t *testing.T) {
 		Reconcilers: fleettest.Fast(workers.LeaseExpiry),
 		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
 	})
-	fleettest.WaitFor(t, 20*time.Second, "the tenant's lease released", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the tenant's lease released", func() (bool, string) {
 		att := fftest.ReadAttempt(t, db.Pool, 1, mine, 0)
 		return att.LeaseExpiresAtMs == nil, "still leased"
 	})
 	// Let a few more ticks pass, then check nothing else was touched.
 	ticks := f.Workers.Stats().For(workers.LeaseExpiry.Name).Ticks.Load()
-	fleettest.WaitFor(t, 10*time.Second, "three more ticks", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "three more ticks", func() (bool, string) {
 		n := f.Workers.Stats().For(workers.LeaseExpiry.Name).Ticks.Load()
 		return n >= ticks+3, fleettest.Statusf("%d ticks", n)
 	})

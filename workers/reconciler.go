@@ -113,6 +113,10 @@ type Reconciler struct {
 	register func(ws *river.Workers, d *deps) error
 	// registerRow adds the row worker to ws (nil without row jobs).
 	registerRow func(ws *river.Workers, d *deps) error
+	// newRowWorker builds the row worker, a river.Worker of the row args
+	// (nil without row jobs): what registerRow adds, for tests that work
+	// one job with rivertest.
+	newRowWorker func(d *deps) any
 	// validateJSON validates stored args by kind, as River would decode
 	// them for the kind's worker.
 	validateJSON map[string]func([]byte) error
@@ -317,6 +321,7 @@ func define[T river.JobArgs, S scanArgsWithOpts, R river.JobArgs](r Reconciler,
 	}
 	def.rowJob = func(p int16, x store.DueRow) river.JobArgs { return rowJob(p, x) }
 	def.registerRow = func(ws *river.Workers, d *deps) error { return addWorker(ws, d, rowWorker(d)) }
+	def.newRowWorker = func(d *deps) any { return rowWorker(d) }
 	def.validateJSON[def.rowKind] = func(b []byte) error { return jobs.ValidateJSON[R](def.rowKind, b) }
 	return def
 }

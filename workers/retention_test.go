@@ -67,7 +67,7 @@ func retentionTrims(t *testing.T, db *testdb.DB) {
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Retention), Settings: workers.Values{workers.RetentionAge: time.Hour},
 		BatchSize: 2, Filter: store.Filter{Namespace: "acme"}})
 	c := f.Workers.Stats().For(workers.Retention.Name)
-	fleettest.WaitFor(t, 30*time.Second, "the expired executions trimmed", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the expired executions trimmed", func() (bool, string) {
 		n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE terminal_at_ms = ANY($1) AND lifecycle_phase = 'terminal' AND raw_fields->>'namespace' = 'acme'`,
 			[]int64{old, old + 1, old + 2, old + 3, old + 4})
 		return n == 0, fleettest.Statusf("%d left; %+v", n, c.Snapshot())
@@ -136,7 +136,7 @@ func TestOutboxRetention(t *testing.T) {
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.OutboxRetention), Settings: workers.Values{workers.OutboxAge: time.Hour}})
 	c := f.Workers.Stats().For(workers.OutboxRetention.Name)
-	fleettest.WaitFor(t, 30*time.Second, "the old events trimmed", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the old events trimmed", func() (bool, string) {
 		return c.Applied.Load() >= 4, fleettest.Statusf("%+v", c.Snapshot())
 	})
 	if got := fftest.Count(t, pool, `SELECT count(*) FROM ff_lease_event WHERE occurred_at_ms = $1`, recent); got != 1 {

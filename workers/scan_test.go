@@ -71,7 +71,7 @@ func TestScanRetriesItsInsertAfterADeadlock(t *testing.T) {
 	}
 	// The scan's insert, blocked by lock (a backend of this test's database
 	// waiting on a lock the test's transaction holds).
-	fleettest.WaitFor(t, time.Minute, "the scan's insert waiting for the second row's job", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the scan's insert waiting for the second row's job", func() (bool, string) {
 		var waiting bool
 		if err := db.Pool.QueryRow(ctx, `
 			SELECT EXISTS (SELECT 1 FROM pg_stat_activity
@@ -94,7 +94,7 @@ func TestScanRetriesItsInsertAfterADeadlock(t *testing.T) {
 	if j.Attempt != 1 || len(j.Errors) != 0 {
 		t.Fatalf("scan job %+v; want completed in its first attempt", j)
 	}
-	fleettest.WaitFor(t, 20*time.Second, "the third row acted on", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the third row acted on", func() (bool, string) {
 		return tt.acted(t, db.Pool, p, third), fleettest.Statusf("%+v", c.Snapshot())
 	})
 	// One retry, or two: the retry runs at once, and may take the first

@@ -98,7 +98,7 @@ func TestOneRowJobPerExpiredLease(t *testing.T) {
 					acted++
 				}
 			}
-			fleettest.WaitFor(t, 60*time.Second, "every lease its reconciler's to release released, and its job completed", func() (bool, string) {
+			fleettest.WaitFor(t, 3*time.Minute, "every lease its reconciler's to release released, and its job completed", func() (bool, string) {
 				released := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt
 					WHERE partition_key = ANY($1) AND lease_expires_at_ms IS NULL`, parts)
 				unfinished := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job
@@ -214,7 +214,7 @@ func TestCancelDispatchTakesOnlyGroupsItActsOn(t *testing.T) {
 		groups = append(groups, clear, set, orphan)
 	}
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelDispatch)})
-	fleettest.WaitFor(t, 30*time.Second, "flag-set groups dispatched and orphans deleted, their jobs completed", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "flag-set groups dispatched and orphans deleted, their jobs completed", func() (bool, string) {
 		left := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key = ANY($1)`, parts)
 		unfinished := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state <> 'completed'`, jobs.KindCancelDispatch)
 		return left == len(parts) && unfinished == 0, fleettest.Statusf("%d pending rows left (want %d), %d dispatch jobs unfinished", left, len(parts), unfinished)

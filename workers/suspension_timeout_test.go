@@ -83,7 +83,7 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 	// 256-partition table locks every child and index, and many such polls
 	// from parallel tests exhaust the server's lock table.
 	applied := func() int64 { return f.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load() }
-	fleettest.WaitFor(t, 20*time.Second, "every due suspension handled", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "every due suspension handled", func() (bool, string) {
 		return applied() >= int64(len(terms)+2), fleettest.Statusf("%d applied", applied())
 	})
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current
@@ -119,7 +119,7 @@ func TestSuspensionTimeoutFleet(t *testing.T) {
 		WHERE partition_key = 77 AND execution_id = $2`, store.NowMs()-1, resume); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 20*time.Second, "a second timeout signal", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a second timeout signal", func() (bool, string) {
 		n := timeoutSignals()
 		return n == 2, fleettest.Statusf("%d signals", n)
 	})
@@ -173,7 +173,7 @@ func TestSuspensionTimeoutTwoClientsExactlyOnce(t *testing.T) {
 		return f1.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load() +
 			f2.Workers.Stats().For(workers.SuspensionTimeout.Name).Applied.Load()
 	}
-	fleettest.WaitFor(t, 40*time.Second, "every suspension timed out", func() (bool, string) {
+	fleettest.WaitFor(t, 2*time.Minute, "every suspension timed out", func() (bool, string) {
 		return applied() >= rows, fleettest.Statusf("%d applied", applied())
 	})
 	if n := fftest.Count(t, pool, `SELECT count(*) FROM ff_suspension_current WHERE partition_key = ANY($1)`, parts); n != 0 {
@@ -220,7 +220,7 @@ func TestSuspensionTimeoutFilterLimitsTheFleet(t *testing.T) {
 		Reconcilers: fleettest.Fast(workers.SuspensionTimeout),
 		Filter:      store.Filter{Namespace: "mine", TagKey: "cairn.instance_id", TagValue: "i-1"},
 	})
-	fleettest.WaitFor(t, 20*time.Second, "the tenant's suspension timed out", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the tenant's suspension timed out", func() (bool, string) {
 		_, ok := fftest.ReadSuspension(t, pool, 1, mine)
 		return !ok, "still suspended"
 	})
@@ -268,7 +268,7 @@ func TestSuspensionTimeoutLeavesResumedExecutionsAlone(t *testing.T) {
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.SuspensionTimeout)})
 	stats := f.Workers.Stats().For(workers.SuspensionTimeout.Name)
-	fleettest.WaitFor(t, 20*time.Second, "the suspended execution timed out and both resumed ones passed over", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the suspended execution timed out and both resumed ones passed over", func() (bool, string) {
 		s := stats.Snapshot()
 		return s.Applied == 1 && s.NoOpsByReason["not_suspended"] == 2, fleettest.Statusf("%+v", s)
 	})

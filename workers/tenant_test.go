@@ -259,7 +259,7 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: enabled, Settings: workers.Values{workers.RetentionAge: time.Hour}, Filter: filter})
 
-	fleettest.WaitFor(t, 60*time.Second, "the fleet's own tenant's rows acted on", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the fleet's own tenant's rows acted on", func() (bool, string) {
 		var pending []string
 		for _, run := range runs {
 			if now := rowsNaming(t, pool, tables, []int16{run.p}, run.own); equalRows(now, ownBefore[run.r.Name]) {
@@ -273,7 +273,7 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 			WHERE queue <> $1 AND state NOT IN ('completed', 'cancelled', 'discarded')`, jobs.QueueTicks)
 		return n == 0, fleettest.Statusf("%d unfinished jobs", n)
 	}
-	fleettest.WaitFor(t, 60*time.Second, "every scan, row and trim job finished", unfinished)
+	fleettest.WaitFor(t, 3*time.Minute, "every scan, row and trim job finished", unfinished)
 	// Two more ticks of every reconciler, which find nothing of theirs
 	// left; then nothing may be running.
 	var rs []*workers.Reconciler
@@ -281,7 +281,7 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 		rs = append(rs, run.r)
 	}
 	waitTicksOfAll(t, f, rs, 2)
-	fleettest.WaitFor(t, 60*time.Second, "every scan, row and trim job finished", unfinished)
+	fleettest.WaitFor(t, 3*time.Minute, "every scan, row and trim job finished", unfinished)
 
 	for _, id := range injected {
 		j := readJob(t, pool, id)

@@ -88,7 +88,7 @@ func TestTicksOfOneInstantShareAFetch(t *testing.T) {
 		intervals[r.Name] = time.Hour // only the RunOnStart ticks
 	}
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: intervals})
-	fleettest.WaitFor(t, 15*time.Second, "each reconciler's first tick", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "each reconciler's first tick", func() (bool, string) {
 		for _, r := range rs {
 			if n := f.Workers.Stats().For(r.Name).Ticks.Load(); n < 1 {
 				return false, r.Name + " has not ticked"
@@ -176,7 +176,7 @@ func TestTicksRunOneAtATimePerProcess(t *testing.T) {
 // get their scans started at once. River announces the first insert only
 // (one notification per queue per fetch cooldown, here 2 s so that it
 // surely holds the second back), and the scans' queue polls only every
-// hour here (longer than fleettest.WaitFor's patience): the second tick's
+// hour here (longer than its wait, fleettest.Patient): the second tick's
 // scan starts because the fleet announces it (workers.Config.WakeScans).
 // Without that, it waits for the poll and the test times out (1 of 2 scans
 // completed).
@@ -193,7 +193,7 @@ func TestScansOfBackToBackTicksStartWithoutAPoll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fleettest.WaitFor(t, 15*time.Second, "both ticks' scans completed", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "both ticks' scans completed", func() (bool, string) {
 		var done int
 		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind = ANY($1) AND state = 'completed'`,
 			[]string{first.scan(0).Kind(), second.scan(0).Kind()}).Scan(&done); err != nil {
@@ -229,7 +229,7 @@ func TestRowJobsOfBackToBackScansStartWithoutAPoll(t *testing.T) {
 		if err := f.Workers.Tick(ctx, f.Client, tt.r); err != nil {
 			t.Fatal(err)
 		}
-		fleettest.WaitFor(t, 15*time.Second, tt.r.Name+"'s row acted on", func() (bool, string) {
+		fleettest.WaitFor(t, fleettest.Patient, tt.r.Name+"'s row acted on", func() (bool, string) {
 			return tt.acted(t, db.Pool, p, id), fleettest.Statusf("%+v", f.Workers.Stats().For(tt.r.Name).Snapshot())
 		})
 	}

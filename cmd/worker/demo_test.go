@@ -308,7 +308,7 @@ func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {
 		if !ok {
 			t.Fatalf("no check of %s's demo rows", r.Name)
 		}
-		fleettest.WaitFor(t, 30*time.Second, r.Name+" to reconcile the demo rows", func() (bool, string) {
+		fleettest.WaitFor(t, fleettest.Patient, r.Name+" to reconcile the demo rows", func() (bool, string) {
 			readErr = nil
 			ok, status := check()
 			if readErr != nil {

@@ -282,13 +282,13 @@ func TestShutdownLetsRunningJobsFinish(t *testing.T) {
 	running := func() int {
 		return fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = 'ff.lease_expiry.release' AND state = 'running'`)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "both release jobs to wait (one for its lock, one for the statement)", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "both release jobs to wait (one for its lock, one for the statement)", func() (bool, string) {
 		return running() == 2, fleettest.Statusf("%d running", running())
 	})
 	cancel() // what SIGINT/SIGTERM does
 	// The shutdown has begun (River stops fetching next) before the lock
 	// goes: the two jobs are running across it.
-	fleettest.WaitFor(t, 30*time.Second, "the shutdown to begin", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the shutdown to begin", func() (bool, string) {
 		return strings.Contains(logs.String(), "shutting down: no new jobs"), ""
 	})
 	if err := lock.Rollback(bg); err != nil {

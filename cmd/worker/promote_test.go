@@ -170,7 +170,7 @@ func TestPromoteEnqueuesAndFleetPromotes(t *testing.T) {
 		p  int16
 		id string
 	}{{7, a}, {200, b}} {
-		fleettest.WaitFor(t, 20*time.Second, "execution promoted", func() (bool, string) {
+		fleettest.WaitFor(t, fleettest.Patient, "execution promoted", func() (bool, string) {
 			ex := fftest.ReadExec(t, db.Pool, e.p, e.id)
 			return ex.EligibilityState == "eligible_now", fleettest.Statusf("%+v", ex)
 		})

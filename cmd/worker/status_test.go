@@ -192,7 +192,7 @@ func TestStatusShowsLeaderAndHeartbeats(t *testing.T) {
 	id := f.Client.ID()
 
 	var rep statusReport
-	fleettest.WaitFor(t, 20*time.Second, "the fleet's leader and heartbeat in worker status", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the fleet's leader and heartbeat in worker status", func() (bool, string) {
 		rep = statusJSON(t, db)
 		ok := rep.Leader != nil && rep.Leader.LeaderID == id && !rep.Leader.Expired &&
 			len(rep.Workers) == 1 && rep.Workers[0].ClientID == id && rep.Workers[0].Leader

@@ -391,7 +391,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("%d jobs recorded a panic", panics)
 	}
 	// The fleet is still alive: ticks keep completing.
-	fleettest.WaitFor(t, 15*time.Second, "a tick completed after the sweep", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a tick completed after the sweep", func() (bool, string) {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM river.river_job WHERE kind LIKE 'ff.%.tick'
 			AND state = 'completed' AND finalized_at > now() - interval '3 seconds'`).Scan(&n)

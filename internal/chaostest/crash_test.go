@@ -316,7 +316,7 @@ func (r *crashRun) check(t *testing.T, c *cluster, down time.Duration, restarted
 	defer pool.Close()
 
 	var leases, expired int
-	fleettest.WaitFor(t, 90*time.Second, "every lease released after the crash", func() (bool, string) {
+	fleettest.WaitFor(t, 270*time.Second, "every lease released after the crash", func() (bool, string) {
 		if err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE lease_expires_at_ms IS NOT NULL) FROM ff_attempt`).Scan(&leases, &expired); err != nil {
 			return false, fleettest.Statusf("read: %v", err)
 		}
@@ -354,7 +354,7 @@ func durableFromNow(t *testing.T, pool *pgxpool.Pool) {
 			t.Fatalf("%s: %v", stmt, err)
 		}
 	}
-	fleettest.WaitFor(t, 10*time.Second, "fsync on", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "fsync on", func() (bool, string) {
 		var v string
 		if err := pool.QueryRow(ctx, `SHOW fsync`).Scan(&v); err != nil {
 			return false, err.Error()

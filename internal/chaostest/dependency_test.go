@@ -73,7 +73,7 @@ func TestDependencyKilledMidCascadeLosesNoHop(t *testing.T) {
 			WHERE kind = 'ff.dependency.dispatch' AND state = 'running' AND attempted_by[array_upper(attempted_by, 1)] = 'dep-a'`)
 	}
 	killedRunning := 0
-	fleettest.WaitFor(t, 2*time.Minute, "dep-a running dispatch jobs with 100 events dispatched and more left", func() (bool, string) {
+	fleettest.WaitFor(t, 6*time.Minute, "dep-a running dispatch jobs with 100 events dispatched and more left", func() (bool, string) {
 		d := dispatched()
 		if d >= n {
 			return true, "all dispatched before the kill"
@@ -96,7 +96,7 @@ func TestDependencyKilledMidCascadeLosesNoHop(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	fleettest.WaitFor(t, 3*time.Minute, "every event dispatched", func() (bool, string) {
+	fleettest.WaitFor(t, 9*time.Minute, "every event dispatched", func() (bool, string) {
 		d := dispatched()
 		return d == n, fleettest.Statusf("%d of %d dispatched", d, n)
 	})

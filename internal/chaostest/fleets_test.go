@@ -120,7 +120,7 @@ func TestKilledFleetGivesWay(t *testing.T) {
 	a.kill()
 	refusedStart(t, db.URL, []string{"--reconcilers", "delayed_promotion"}, "reconcilers delayed_promotion here, lease_expiry there")
 
-	fleettest.WaitFor(t, heartbeat.LiveFor+30*time.Second, "the killed process's heartbeat to age", func() (bool, string) {
+	fleettest.WaitFor(t, 3*(heartbeat.LiveFor+30*time.Second), "the killed process's heartbeat to age", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker
 			 WHERE heartbeat_at >= now() - $1::bigint * interval '1 millisecond'`, heartbeat.LiveFor.Milliseconds())
 		return n == 0, fleettest.Statusf("%d live rows", n)
@@ -128,7 +128,7 @@ func TestKilledFleetGivesWay(t *testing.T) {
 	p := int16(3)
 	id := fftest.InsertExec(t, db.Pool, fftest.Delayed(p, store.NowMs()-1000))
 	startWorker(t, db.URL, "promotions", "--reconcilers", "delayed_promotion", "--delayed-promotion-interval", "1s")
-	fleettest.WaitFor(t, 30*time.Second, "the delayed execution promoted", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the delayed execution promoted", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2
 			 AND eligibility_state = 'eligible_now'`, p, id)
 		return n == 1, "not yet"
@@ -177,7 +177,7 @@ func TestFleetsInTheirOwnSchemas(t *testing.T) {
 	strayJob := db.InsertRawJob(t, "ff.lease_expiry.release", "ff_rows", "available",
 		fmt.Sprintf(`{"partition": 5, "execution_id": %q, "attempt_index": 0}`, stray))
 
-	fleettest.WaitFor(t, 45*time.Second, "both tenants' leases released and beta's delayed rows promoted", func() (bool, string) {
+	fleettest.WaitFor(t, 135*time.Second, "both tenants' leases released and beta's delayed rows promoted", func() (bool, string) {
 		leases := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt a JOIN ff_exec_core e USING (partition_key, execution_id)
 			 WHERE a.lease_expires_at_ms IS NOT NULL AND e.raw_fields->>'namespace' IN ('acme', 'beta')`)
 		promoted := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_exec_core WHERE execution_id = ANY($1::uuid[])
@@ -232,7 +232,7 @@ func TestFleetsInTheirOwnSchemas(t *testing.T) {
 		}
 	}
 	// The stray job: cancelled with its reason, its row unchanged.
-	fleettest.WaitFor(t, 30*time.Second, "the stray job cancelled", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the stray job cancelled", func() (bool, string) {
 		var state, lastErr string
 		if err := db.Pool.QueryRow(ctx, `SELECT state::text, COALESCE(errors[cardinality(errors)]->>'error', '')
 			 FROM river.river_job WHERE id = $1`, strayJob).Scan(&state, &lastErr); err != nil {
@@ -308,7 +308,7 @@ func TestChangingSettingsThroughANewSchema(t *testing.T) {
 	stopFeed()
 	ids := <-fed
 
-	fleettest.WaitFor(t, 30*time.Second, "every lease released", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "every lease released", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return n == 0, fleettest.Statusf("%d of %d leases held", n, len(ids))
 	})
@@ -322,7 +322,7 @@ func TestChangingSettingsThroughANewSchema(t *testing.T) {
 	// 5 s are 1 s apart, where the old fleet's were 3 s. Polled: on a
 	// loaded machine a tick can be a moment late, which leaves only two in
 	// some 5 s window.
-	fleettest.WaitFor(t, 15*time.Second, "the new schema's ticks at the 1 s interval", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the new schema's ticks at the 1 s interval", func() (bool, string) {
 		var ticks int
 		var minGap float64
 		if err := db.Pool.QueryRow(ctx, `

@@ -124,7 +124,7 @@ func TestWakeStartsAJobRiverWouldPollFor(t *testing.T) {
 	if _, err := client.Insert(ctx, snoozeArgs{}, &river.InsertOpts{Queue: "wake"}); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "the snoozed job to run again", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the snoozed job to run again", func() (bool, string) {
 		return runs.Load() == 2, fleettest.Statusf("%d runs, %d wake-ups sent", runs.Load(), w.Sent())
 	})
 }

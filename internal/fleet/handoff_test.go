@@ -49,7 +49,7 @@ func TestStoppingLeaderStartsTheTicks(t *testing.T) {
 	}
 
 	first := fleettest.Start(t, db, cfg)
-	fleettest.WaitFor(t, 30*time.Second, "the first process to lead", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the first process to lead", func() (bool, string) {
 		return leader() == first.Client.ID(), "leader " + leader()
 	})
 	second := fleettest.Start(t, db, cfg)
@@ -64,11 +64,11 @@ func TestStoppingLeaderStartsTheTicks(t *testing.T) {
 		kind, fleet.TagLeaderHandoff).Scan(&queued); err != nil || queued != 1 {
 		t.Fatalf("ticks tagged %s once the leader stopped: %d, %v; want 1", fleet.TagLeaderHandoff, queued, err)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "the survivor to run the handed-off tick", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the survivor to run the handed-off tick", func() (bool, string) {
 		n, by := handoffTicks()
 		return n == 1 && len(by) == 1 && by[0] == second.Client.ID(), fleettest.Statusf("%d completed, attempted by %v", n, by)
 	})
-	fleettest.WaitFor(t, 30*time.Second, "the survivor to lead", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the survivor to lead", func() (bool, string) {
 		return leader() == second.Client.ID(), "leader " + leader()
 	})
 

@@ -34,14 +34,14 @@ func TestRiverReindexesOnTheConfiguredInterval(t *testing.T) {
 	}
 	before := oid()
 	fleettest.Start(t, db, fleet.Config{Reconcilers: map[string]time.Duration{}, ReindexInterval: 2 * time.Second})
-	fleettest.WaitFor(t, 45*time.Second, index+" rebuilt", func() (bool, string) {
+	fleettest.WaitFor(t, 135*time.Second, index+" rebuilt", func() (bool, string) {
 		return oid() != before, fleettest.Statusf("oid %d unchanged", before)
 	})
 	// River goes on to its next index at once: a REINDEX CONCURRENTLY in
 	// progress has an invalid transient index (<name>_ccnew) until it
 	// swaps it in. Those are left out while a rebuild is running; an
 	// invalid index that stays is what a failed rebuild leaves.
-	fleettest.WaitFor(t, 30*time.Second, "no invalid index left in "+testdb.RiverSchema, func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "no invalid index left in "+testdb.RiverSchema, func() (bool, string) {
 		var invalid []string
 		rows, err := db.Pool.Query(ctx, `SELECT ic.relname FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid
 			JOIN pg_namespace n ON n.oid = ic.relnamespace

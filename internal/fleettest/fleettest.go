@@ -65,12 +65,18 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 var _ io.Writer = tWriter{}
 
+// Patient is the wait for a condition that a quiet machine reaches within
+// seconds: the parallel suite on a busy 2-core machine runs ticks and
+// statements several times slower than alone, and a wait only bounds how
+// long a failing test takes (a passing one returns as soon as its
+// condition holds). Timeouts of 20-30 s failed a dozen tests per run on
+// such a machine.
+const Patient = 90 * time.Second
+
 // WaitFor polls cond every 50 ms until it returns true, or fails the test
-// with what cond last reported once it has waited timeout stretched by
-// patience.
+// with what cond last reported once it has waited timeout.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	timeout = patience(timeout)
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, status := cond()
@@ -82,16 +88,6 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// patience stretches a wait's timeout, written for a quiet machine, to
-// three times it and at least 90 s. The parallel suite on a busy 2-core
-// machine runs ticks and statements several times slower than alone, and a
-// wait only bounds how long a failing test takes: a passing one returns as
-// soon as its condition holds. (Timeouts of 20-30 s failed a dozen tests
-// per run on such a machine.)
-func patience(timeout time.Duration) time.Duration {
-	return max(3*timeout, 90*time.Second)
 }
 
 // DefaultOn returns the reconcilers a fleet runs by default: all but

@@ -57,7 +57,7 @@ func TestRegisterBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 		return m
 	}
 	var first store.WorkerHeartbeat
-	fleettest.WaitFor(t, 10*time.Second, "first beat and cleanup", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "first beat and cleanup", func() (bool, string) {
 		m := list()
 		first = m["me"]
 		_, dead := m["dead"]
@@ -67,7 +67,7 @@ func TestRegisterBeatsCleansUpAndDeletesOnStop(t *testing.T) {
 	if first.PID != os.Getpid() || first.Hostname != host {
 		t.Fatalf("row %+v; want this process (pid %d, host %s)", first, os.Getpid(), host)
 	}
-	fleettest.WaitFor(t, 10*time.Second, "a later beat", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a later beat", func() (bool, string) {
 		w := list()["me"]
 		return w.HeartbeatAt.After(first.HeartbeatAt) && w.StartedAt.Equal(first.StartedAt),
 			fleettest.Statusf("first %+v, now %+v", first, w)
@@ -157,7 +157,7 @@ func TestRunSurvivesALostTable(t *testing.T) {
 	if err := migrations.ApplyWorkerTable(context.Background(), db.Pool, "river"); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 5*time.Second, "a beat after the table came back", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a beat after the table came back", func() (bool, string) {
 		n := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.ffreconcile_worker WHERE client_id = 'c'`)
 		return n == 1 && strings.Contains(logs.String(), "worker heartbeat recovered"), logs.String()
 	})

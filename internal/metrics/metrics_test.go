@@ -129,11 +129,11 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	}
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry), MetricsReadTimeout: slowRead})
-	fleettest.WaitFor(t, 20*time.Second, "leases released", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "leases released", func() (bool, string) {
 		left := fftest.Count(t, db.Pool, `SELECT count(*) FROM ff_attempt WHERE lease_expires_at_ms IS NOT NULL`)
 		return left == 0, fleettest.Statusf("%d left", left)
 	})
-	fleettest.WaitFor(t, 10*time.Second, "release jobs completed", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "release jobs completed", func() (bool, string) {
 		c := fftest.Count(t, db.Pool, `SELECT count(*) FROM river.river_job WHERE kind = $1 AND state = 'completed'`, jobs.KindLeaseRelease)
 		return c == n, fleettest.Statusf("%d completed", c)
 	})
@@ -317,14 +317,14 @@ func TestScrapeServesLastValuesWhileReading(t *testing.T) {
 	if v := up(); v != 1 {
 		t.Fatalf("database_up = %v while a read waits for a lock; want the last read's 1, served at once", v)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "the blocked read reported", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the blocked read reported", func() (bool, string) {
 		v := up()
 		return v == 0, fleettest.Statusf("database_up %v", v)
 	})
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "a read after the lock reported", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "a read after the lock reported", func() (bool, string) {
 		v := up()
 		return v == 1, fleettest.Statusf("database_up %v", v)
 	})

@@ -184,7 +184,7 @@ func TestLeadershipTopicIsRivers(t *testing.T) {
 	if err := f.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	fleettest.WaitFor(t, 30*time.Second, "the fleet elected leader", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "the fleet elected leader", func() (bool, string) {
 		return leader(t, db) == f.Client.ID(), "leader " + leader(t, db)
 	})
 	stopCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -226,10 +226,10 @@ func TestFleetTakesOverFromADeadLeader(t *testing.T) {
 	job := runningJob(t, db, 1, []string{"dead"}, `{}`)
 
 	f := fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.CancelReconcile)})
-	fleettest.WaitFor(t, 60*time.Second, "the new process to lead", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the new process to lead", func() (bool, string) {
 		return leader(t, db) == f.Client.ID(), "leader " + leader(t, db)
 	})
-	fleettest.WaitFor(t, 60*time.Second, "the dead process's job to run again", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the dead process's job to run again", func() (bool, string) {
 		j, err := f.Client.JobGet(ctx, job)
 		if err != nil {
 			return false, err.Error()
@@ -276,11 +276,11 @@ func TestRestartTakesOverFromItsPreviousProcess(t *testing.T) {
 		t.Fatalf("takeover counts once started: %+v; want the predecessor, its leadership and its job", c)
 	}
 	var elected time.Time
-	fleettest.WaitFor(t, 60*time.Second, "the restarted process to lead", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the restarted process to lead", func() (bool, string) {
 		err := db.Pool.QueryRow(ctx, `SELECT elected_at FROM river.river_leader WHERE leader_id = 'fixed-id'`).Scan(&elected)
 		return err == nil && time.Since(elected) < time.Minute, fleettest.Statusf("elected %v, %v", elected, err)
 	})
-	fleettest.WaitFor(t, 60*time.Second, "the predecessor's job to run again", func() (bool, string) {
+	fleettest.WaitFor(t, 3*time.Minute, "the predecessor's job to run again", func() (bool, string) {
 		j, err := f.Client.JobGet(ctx, job)
 		if err != nil {
 			return false, err.Error()
@@ -309,7 +309,7 @@ func TestDisabledTakeoverLeavesTheDeadAlone(t *testing.T) {
 	// Two beats after the registration: the first beat's sweep, which
 	// follows its upsert, is then over.
 	beats, last := 0, time.Time{}
-	fleettest.WaitFor(t, 30*time.Second, "two heartbeats", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "two heartbeats", func() (bool, string) {
 		var at time.Time
 		if err := db.Pool.QueryRow(ctx, `SELECT heartbeat_at FROM river.ffreconcile_worker WHERE client_id = $1`, f.Client.ID()).Scan(&at); err != nil {
 			return false, err.Error()

@@ -3,7 +3,6 @@ package tracing_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -28,12 +27,12 @@ func TestJobAndSQLSpans(t *testing.T) {
 	id := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 5})
 	fftest.InsertAttempt(t, db.Pool, 5, id, 0, fftest.Ms(store.NowMs()-1000))
 	fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.LeaseExpiry), Tracing: true})
-	fleettest.WaitFor(t, 20*time.Second, "lease released", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "lease released", func() (bool, string) {
 		return fftest.ReadAttempt(t, db.Pool, 5, id, 0).LeaseExpiresAtMs == nil, "leased"
 	})
 
 	var jobSpan sdktrace.ReadOnlySpan
-	fleettest.WaitFor(t, 10*time.Second, "release job span", func() (bool, string) {
+	fleettest.WaitFor(t, fleettest.Patient, "release job span", func() (bool, string) {
 		for _, s := range rec.Ended() {
 			for _, a := range s.Attributes() {
 				if a.Value.AsString() == jobs.KindLeaseRelease && strings.Contains(s.Name(), "work") {
