@@ -45,8 +45,11 @@ type Config struct {
 	// the flows section projects, then keeps beside an idle fleet
 	// (default 100,000).
 	FinishedFlows int
-	NotDueFactor  int   // not-due rows per due row (default 10)
-	PoolSizes     []int // connection counts for the per-row pool reference
+	// BacklogMembers is the number of cancel backlog members (ten per
+	// flow) the backlog section drains (default 20,000).
+	BacklogMembers int
+	NotDueFactor   int   // not-due rows per due row (default 10)
+	PoolSizes      []int // connection counts for the per-row pool reference
 
 	LatenessRate int           // due rows per second in the lateness runs
 	LatenessFor  time.Duration // duration of each lateness run
@@ -114,11 +117,12 @@ func Defaults() Config {
 		PromoteFor:       10 * time.Second, PromoteConns: 8,
 		DependencyEvents: 5_000,
 		FinishedFlows:    100_000,
+		BacklogMembers:   20_000,
 	}
 }
 
 // SectionNames are the sections a run has, in the order they run.
-var SectionNames = []string{"throughput", "lateness", "promote", "failover", "idle", "scale", "dependency", "retention", "flows"}
+var SectionNames = []string{"throughput", "lateness", "promote", "failover", "idle", "scale", "dependency", "retention", "flows", "backlog"}
 
 // Quick returns sizes small enough for a smoke run.
 func Quick() Config {
@@ -126,6 +130,7 @@ func Quick() Config {
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
 	c.DependencyEvents = 1_000
 	c.FinishedFlows = 5_000
+	c.BacklogMembers = 2_000
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second
 	c.LatenessLeads = []time.Duration{time.Second}
 	c.ScaleSmall, c.ScaleLarge, c.Backlog = 1_000, 20_000, 5_000
@@ -326,6 +331,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Flows = res
 		if err != nil {
 			return rep, fmt.Errorf("flows: %w", err)
+		}
+	}
+	if cfg.wants("backlog") {
+		res, err := e.backlog(ctx)
+		rep.Backlog = res
+		if err != nil {
+			return rep, fmt.Errorf("backlog: %w", err)
 		}
 	}
 	rep.Finished = time.Now()

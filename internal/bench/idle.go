@@ -271,6 +271,40 @@ func seedIdleTimers(ctx context.Context, e *env, n int) error {
 	if err != nil {
 		return fmt.Errorf("seed idle workers: %w", err)
 	}
+	// The background duties' rows, none due for an hour: claim grants of
+	// executions pending their claim, quota admissions, budget dedup keys,
+	// and cancel backlogs requested now (their grace runs).
+	hour := time.Now().UnixMilli() + 3_600_000
+	for what, sql := range map[string]string{
+		"claim grants": `
+		WITH ex AS (
+		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
+		           eligibility_state, public_state, attempt_state, created_at_ms)
+		    SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', 'runnable', 'unowned', 'pending_claim',
+		           'waiting', 'pending_first_attempt', 1
+		      FROM generate_series(1, 1000) AS g
+		    RETURNING partition_key, execution_id
+		)
+		INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
+		       worker_capabilities, grant_ttl_ms, issued_at_ms, expires_at_ms)
+		SELECT partition_key, decode(md5(execution_id::text) || md5(execution_id::text || 'x'), 'hex'), execution_id,
+		       'claim', 'bench', 'bench-1', '[]'::jsonb, 3600000, 1, $1::bigint FROM ex`,
+		"quota admissions": `
+		INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
+		SELECT (g % 32)::smallint, 'bench-quota-' || (g % 100), '{fp:' || (g % 256) || '}:' || gen_random_uuid(), 1, $1::bigint
+		  FROM generate_series(1, 1000) AS g`,
+		"budget dedup keys": `
+		INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
+		SELECT (g % 32)::smallint, 'bench-usage-' || g, '{}'::jsonb, 1, $1::bigint FROM generate_series(1, 1000) AS g`,
+		"cancel backlogs": `
+		INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
+		SELECT (g % 256)::smallint, gen_random_uuid(), $1::bigint - 3600000, '', 'bench', 'cancel_flow_only', 'pending'
+		  FROM generate_series(1, 1000) AS g`,
+	} {
+		if _, err := e.pool.Exec(ctx, sql, hour); err != nil {
+			return fmt.Errorf("seed idle %s: %w", what, err)
+		}
+	}
 	return nil
 }
 

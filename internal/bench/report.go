@@ -41,6 +41,7 @@ type Report struct {
 	Retention  RetentionResult
 	Dependency DependencyResult
 	Flows      FlowsResult
+	Backlog    BacklogResult
 }
 
 func yesNo(b bool) string {
@@ -404,6 +405,26 @@ func (r *Report) Markdown() string {
 		p("")
 		p("Target: the finished flows add nothing to the idle statements (within 10 %%): %s.",
 			verdict(fl.IdleFinished.StatementsPerSec <= 1.1*fl.IdleEmpty.StatementsPerSec))
+	}
+	if b := r.Backlog; b.Members > 0 {
+		p("")
+		p("## Cancel backlog")
+		p("")
+		p("%d flows cancelled an hour ago whose server never acked their members: each a cancel backlog header (grace", b.Headers)
+		p("unset, as FlowFabric's header leaves it) and %d member rows of live executions (%d members). (a) FlowFabric's", membersPerFlow, b.Members)
+		p("statements as its Valkey cancel reconciler runs them (it has none on Postgres): one connection, header after")
+		p("header, each member cancelled by the operator cancel (`cancel_execution_once`, SERIALIZABLE) then acked")
+		p("(`ack_cancel_member`). (b) ours: a fleet running `cancel_backlog` alone, from its start to the last backlog row")
+		p("deleted (a row job per header: its members locked, cancelled and acked in one transaction). Both are checked to")
+		p("leave no backlog row and every member cancelled by the operator with the header's reason.")
+		p("")
+		p("| | time | members/s | machine CPU per member |")
+		p("|---|---|---|---|")
+		p("| FlowFabric's loop | %s | %.0f | %s |", b.FFTime.Round(time.Millisecond), float64(b.Members)/b.FFTime.Seconds(), b.FFCPU.Machine)
+		p("| ours | %s | %.0f | %s |", b.OursTime.Round(time.Millisecond), float64(b.Members)/b.OursTime.Seconds(), b.OursCPU.Machine)
+		p("| ours / FlowFabric | | %.2f | |", b.FFTime.Seconds()/b.OursTime.Seconds())
+		p("")
+		p("Ours: %s.", b.OursStats)
 	}
 	if t := r.Retention; t.Backlog > 0 {
 		p("")
