@@ -33,9 +33,15 @@ RUN_URL = $$(if [ -n "$${DATABASE_URL:-}" ]; then echo "$$DATABASE_URL"; else ./
 # Ctrl-C stops the worker and the demo feed alike; the trap, run under
 # -e, must not fail when the feed already stopped on that same Ctrl-C.
 ## run: start (or find) PostgreSQL, create and migrate the ffreconcile database, feed a demo workload, run the worker with River UI.
+# Ctrl-C reaches every process of the foreground group: the worker stops
+# gracefully and exits 0, the demo is stopped by the trap, and the recipe's
+# shell ignores the signal itself so that it exits with the worker's status
+# (make then reports no error for a clean stop). A failed migration stops
+# here, before the worker would fail on the same tables.
 run: build
-	@url=$(RUN_URL) && echo "database: $$url" && \
-	DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema --create-database && \
+	@trap '' INT; \
+	url=$(RUN_URL) && echo "database: $$url" && \
+	DATABASE_URL="$$url" ./$(BIN) migrate --ff-schema --create-database || exit $$?; \
 	if [ "$(DEMO_RATE)" != 0 ]; then \
 	  DATABASE_URL="$$url" ./$(BIN) demo --rate $(DEMO_RATE) $(DEMO_FLAGS) > bin/demo.log 2>&1 & demo=$$!; \
 	  trap 'kill -INT $$demo 2>/dev/null || true; wait $$demo || true' EXIT; \
