@@ -225,7 +225,9 @@ func TestMetricsFollowTheWork(t *testing.T) {
 // alert rules (docs/prometheus/alerts.yml) name a metric /metrics does not
 // export, after a fleet has done some work (so the histograms have
 // samples): a renamed metric would leave a panel empty, or an alert
-// silent, without anyone noticing. The dashboard's rates use Grafana's
+// silent, without anyone noticing. It fails too when README's metrics
+// table and /metrics disagree (a metric a reader never learns of, or a row
+// for one that is gone). The dashboard's rates use Grafana's
 // $__rate_interval: a fixed window shorter than four scrape intervals
 // draws nothing.
 func checkDashboard(t *testing.T, body string) {
@@ -280,6 +282,40 @@ func checkDashboard(t *testing.T, body string) {
 	}
 	if len(inRules) < 6 {
 		t.Errorf("the alert rules name only %d metrics; the check read too little", len(inRules))
+	}
+
+	// README's metrics table names every family /metrics exports, and
+	// only those.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(readme), "| metric | type | meaning |")
+	if i < 0 {
+		t.Fatal("README has no metrics table")
+	}
+	table := string(readme)[i:]
+	table = table[:strings.Index(table, "\n\n")]
+	// Exported only in fleets other than this test's, as their rows say.
+	conditional := map[string]bool{
+		"ffreconcile_due_rows_outside_filter": true, // with a tenant filter
+		"ffreconcile_cancel_backlog_depth":    true, // running cancel_backlog (a Reconciler.Gauges)
+	}
+	inReadme := map[string]bool{}
+	for _, name := range names.FindAllString(table, -1) {
+		inReadme[name] = true
+		if !conditional[name] && !regexp.MustCompile(`(?m)^# TYPE `+name+` `).MatchString(body) {
+			t.Errorf("README's metrics table lists %s, which /metrics does not export", name)
+		}
+	}
+	families := regexp.MustCompile(`(?m)^# TYPE (ffreconcile_[a-z_]+) `).FindAllStringSubmatch(body, -1)
+	for _, m := range families {
+		if !inReadme[m[1]] {
+			t.Errorf("/metrics exports %s, which README's metrics table does not list", m[1])
+		}
+	}
+	if len(families) < 30 {
+		t.Errorf("/metrics exports only %d families; the check read too little", len(families))
 	}
 }
 
