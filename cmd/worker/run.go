@@ -15,6 +15,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/internal/tracing"
+	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -169,7 +170,13 @@ func run(ctx context.Context, rc *runConfig, logger *slog.Logger, started chan<-
 		return fmt.Errorf("start: %w", dbconn.Scrub(err, fc.DatabaseURL))
 	}
 	ready.Store(true)
-	logger.Info("worker running", "http_addr", addr, "river_ui", uiURL(addr, rc.ui))
+	if ui := uiURL(addr, rc.ui); ui != "" {
+		// The row jobs, what a person opens, are lost among the ticks and
+		// scans in River UI's unfiltered list.
+		logger.Info("worker running", "http_addr", addr, "river_ui", ui, "river_ui_row_jobs", ui+"jobs?state=completed&queue="+jobs.QueueRows)
+	} else {
+		logger.Info("worker running", "http_addr", addr)
+	}
 	if started != nil {
 		started <- addr
 	}
