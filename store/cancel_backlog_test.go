@@ -234,68 +234,65 @@ func TestDrainCancelBacklog(t *testing.T) {
 // FlowFabric reads differently.
 func TestFlowFabricCancelBacklogAfterTheFleet(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			now := store.NowMs()
-			const p = int16(33)
-			f := store.Filter{Namespace: "acme", TagKey: store.InstanceTagKey, TagValue: "7"}
-			own := map[string]any{"namespace": "acme", "tags": map[string]any{store.InstanceTagKey: "7"}, "last_mutation_at": "1"}
-			flow := fftest.NewUUID()
-			fftest.InsertFlow(t, pool, p, flow, "open", nil)
-			a := leased(t, pool, p, flow, own, now)
-			b := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow, RawFields: own, LifecyclePhase: "runnable",
-				OwnershipState: "unowned", EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt"})
-			hdr, err := ffread.CancelFlowHeaderOp(ctx, pool, p, flow, ffread.CancelFlowArgs{CancellationPolicy: "cancel_flow_only", Reason: "stop", NowMs: now - backlogGraceMs})
-			if err != nil || hdr.AlreadyTerminal || len(hdr.MemberExecutionIDs) != 2 {
-				t.Fatalf("cancel_flow_header: %+v, %v", hdr, err)
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		now := store.NowMs()
+		const p = int16(33)
+		f := store.Filter{Namespace: "acme", TagKey: store.InstanceTagKey, TagValue: "7"}
+		own := map[string]any{"namespace": "acme", "tags": map[string]any{store.InstanceTagKey: "7"}, "last_mutation_at": "1"}
+		flow := fftest.NewUUID()
+		fftest.InsertFlow(t, pool, p, flow, "open", nil)
+		a := leased(t, pool, p, flow, own, now)
+		b := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow, RawFields: own, LifecyclePhase: "runnable",
+			OwnershipState: "unowned", EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt"})
+		hdr, err := ffread.CancelFlowHeaderOp(ctx, pool, p, flow, ffread.CancelFlowArgs{CancellationPolicy: "cancel_flow_only", Reason: "stop", NowMs: now - backlogGraceMs})
+		if err != nil || hdr.AlreadyTerminal || len(hdr.MemberExecutionIDs) != 2 {
+			t.Fatalf("cancel_flow_header: %+v, %v", hdr, err)
+		}
+		res := drain(t, pool, p, flow, now, f)
+		if res.Outcome != store.BacklogDrained || res.Cancelled != 0 || res.Acked != 2 || !res.HeaderDeleted {
+			t.Fatalf("drain of FlowFabric's backlog = %+v", res)
+		}
+		for _, id := range []string{a, b} {
+			if e := fftest.ReadExec(t, pool, p, id); fftest.Deref(e.CancelledBy) != "cancel_flow_header" {
+				t.Errorf("member %s cancelled again: %+v", id, e)
 			}
-			res := drain(t, pool, p, flow, now, f)
-			if res.Outcome != store.BacklogDrained || res.Cancelled != 0 || res.Acked != 2 || !res.HeaderDeleted {
-				t.Fatalf("drain of FlowFabric's backlog = %+v", res)
-			}
-			for _, id := range []string{a, b} {
-				if e := fftest.ReadExec(t, pool, p, id); fftest.Deref(e.CancelledBy) != "cancel_flow_header" {
-					t.Errorf("member %s cancelled again: %+v", id, e)
-				}
-			}
-			if evs := fftest.LeaseEvents(t, pool, a); len(evs) != 0 {
-				t.Errorf("lease events of a member FlowFabric's header cancelled: %+v", evs)
-			}
-			again, err := ffread.CancelFlowHeaderOp(ctx, pool, p, flow, ffread.CancelFlowArgs{CancellationPolicy: "cancel_all", Reason: "again", NowMs: now})
-			if err != nil || !again.AlreadyTerminal || fftest.Deref(again.StoredCancellationPolicy) != "cancel_flow_only" ||
-				fftest.Deref(again.StoredCancelReason) != "stop" {
-				t.Fatalf("re-cancel: %+v, %v", again, err)
-			}
-			got := slices.Sorted(slices.Values(again.MemberExecutionIDs))
-			want := slices.Sorted(slices.Values([]string{fftest.WireID(p, a), fftest.WireID(p, b)}))
-			if !slices.Equal(got, want) {
-				t.Errorf("re-cancel members = %v; want %v", got, want)
-			}
+		}
+		if evs := fftest.LeaseEvents(t, pool, a); len(evs) != 0 {
+			t.Errorf("lease events of a member FlowFabric's header cancelled: %+v", evs)
+		}
+		again, err := ffread.CancelFlowHeaderOp(ctx, pool, p, flow, ffread.CancelFlowArgs{CancellationPolicy: "cancel_all", Reason: "again", NowMs: now})
+		if err != nil || !again.AlreadyTerminal || fftest.Deref(again.StoredCancellationPolicy) != "cancel_flow_only" ||
+			fftest.Deref(again.StoredCancelReason) != "stop" {
+			t.Fatalf("re-cancel: %+v, %v", again, err)
+		}
+		got := slices.Sorted(slices.Values(again.MemberExecutionIDs))
+		want := slices.Sorted(slices.Values([]string{fftest.WireID(p, a), fftest.WireID(p, b)}))
+		if !slices.Equal(got, want) {
+			t.Errorf("re-cancel members = %v; want %v", got, want)
+		}
 
-			// A live member under FlowFabric's header (its own cancel
-			// failed): the drain cancels it; FlowFabric reads it cancelled,
-			// and its re-cancel of the execution is the idempotent success.
-			c := leased(t, pool, p, flow, own, now)
-			fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: now - backlogGraceMs, Reason: "stop",
-				Members: []string{fftest.WireID(p, c)}})
-			if res := drain(t, pool, p, flow, now, f); res.Cancelled != 1 || res.LeasesRevoked != 1 || !res.HeaderDeleted {
-				t.Fatalf("drain of a live member = %+v", res)
-			}
-			info, err := ffread.ReadExecutionInfo(ctx, pool, p, c)
-			if err != nil || info.StateVector.PublicState != "cancelled" || info.StateVector.TerminalOutcome != "cancelled" {
-				t.Fatalf("FlowFabric reads %+v, %v", info, err)
-			}
-			if r, err := ffread.CancelExecution(ctx, pool, p, c, ffread.CancelExecutionArgs{Reason: "x"}); err != nil || !r.AlreadyCancelled {
-				t.Fatalf("FlowFabric's re-cancel: %+v, %v", r, err)
-			}
-			if err := ffread.AckCancelMember(ctx, pool, p, flow, fftest.WireID(p, c)); err != nil {
-				t.Fatalf("FlowFabric's ack after the drain: %v", err)
-			}
-		})
-	}
+		// A live member under FlowFabric's header (its own cancel
+		// failed): the drain cancels it; FlowFabric reads it cancelled,
+		// and its re-cancel of the execution is the idempotent success.
+		c := leased(t, pool, p, flow, own, now)
+		fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: now - backlogGraceMs, Reason: "stop",
+			Members: []string{fftest.WireID(p, c)}})
+		if res := drain(t, pool, p, flow, now, f); res.Cancelled != 1 || res.LeasesRevoked != 1 || !res.HeaderDeleted {
+			t.Fatalf("drain of a live member = %+v", res)
+		}
+		info, err := ffread.ReadExecutionInfo(ctx, pool, p, c)
+		if err != nil || info.StateVector.PublicState != "cancelled" || info.StateVector.TerminalOutcome != "cancelled" {
+			t.Fatalf("FlowFabric reads %+v, %v", info, err)
+		}
+		if r, err := ffread.CancelExecution(ctx, pool, p, c, ffread.CancelExecutionArgs{Reason: "x"}); err != nil || !r.AlreadyCancelled {
+			t.Fatalf("FlowFabric's re-cancel: %+v, %v", r, err)
+		}
+		if err := ffread.AckCancelMember(ctx, pool, p, flow, fftest.WireID(p, c)); err != nil {
+			t.Fatalf("FlowFabric's ack after the drain: %v", err)
+		}
+	})
 }
 
 // TestBacklogMemberCancelRacesFlowFabrics, on both schemas with a tenant
@@ -309,96 +306,93 @@ func TestFlowFabricCancelBacklogAfterTheFleet(t *testing.T) {
 // under its lock) shows as two revoked events or a reason overwritten.
 func TestBacklogMemberCancelRacesFlowFabrics(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			now := store.NowMs()
-			const p = int16(44)
-			f := store.Filter{Namespace: "acme"}
-			own := map[string]any{"namespace": "acme", "last_mutation_at": "1"}
-			seed := func() (flow, id string) {
-				flow = fftest.NewUUID()
-				fftest.InsertFlow(t, pool, p, flow, "cancelled", nil)
-				id = leased(t, pool, p, flow, own, now)
-				fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: now - backlogGraceMs, Reason: "backlog",
-					Members: []string{fftest.WireID(p, id)}})
-				return flow, id
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		now := store.NowMs()
+		const p = int16(44)
+		f := store.Filter{Namespace: "acme"}
+		own := map[string]any{"namespace": "acme", "last_mutation_at": "1"}
+		seed := func() (flow, id string) {
+			flow = fftest.NewUUID()
+			fftest.InsertFlow(t, pool, p, flow, "cancelled", nil)
+			id = leased(t, pool, p, flow, own, now)
+			fftest.InsertBacklog(t, pool, fftest.Backlog{Partition: p, FlowID: flow, RequestedAtMs: now - backlogGraceMs, Reason: "backlog",
+				Members: []string{fftest.WireID(p, id)}})
+			return flow, id
+		}
+		check := func(t *testing.T, flow, id, reason string) {
+			t.Helper()
+			if e := fftest.ReadExec(t, pool, p, id); e.PublicState != "cancelled" || fftest.Deref(e.CancellationReason) != reason {
+				t.Errorf("execution: %+v; want cancelled for %q", e, reason)
 			}
-			check := func(t *testing.T, flow, id, reason string) {
-				t.Helper()
-				if e := fftest.ReadExec(t, pool, p, id); e.PublicState != "cancelled" || fftest.Deref(e.CancellationReason) != reason {
-					t.Errorf("execution: %+v; want cancelled for %q", e, reason)
-				}
-				if evs := fftest.LeaseEvents(t, pool, id); len(evs) != 1 || evs[0].EventType != "revoked" {
-					t.Errorf("lease events: %+v; want one revoked", evs)
-				}
-				if left, header := fftest.BacklogMembers(t, pool, p, flow); len(left) != 0 || header {
-					t.Errorf("backlog left: %v, header %v", left, header)
-				}
+			if evs := fftest.LeaseEvents(t, pool, id); len(evs) != 1 || evs[0].EventType != "revoked" {
+				t.Errorf("lease events: %+v; want one revoked", evs)
 			}
+			if left, header := fftest.BacklogMembers(t, pool, p, flow); len(left) != 0 || header {
+				t.Errorf("backlog left: %v, header %v", left, header)
+			}
+		}
 
-			t.Run("FlowFabricFirst", func(t *testing.T) {
-				flow, id := seed()
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tx.Rollback(ctx)
-				if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := ffread.CancelExecutionTx(ctx, tx, p, id, ffread.CancelExecutionArgs{Reason: "operator", NowMs: now}); err != nil {
-					t.Fatal(err)
-				}
-				done := make(chan struct{})
-				var res store.BacklogResult
-				var derr error
-				go func() {
-					defer close(done)
-					res, derr = store.DrainCancelBacklog(ctx, pool, p, flow, backlogGraceMs, now, f)
-				}()
-				fftest.WaitForLockWait(t, pool, "ff_exec_core")
-				if err := tx.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				<-done
-				if derr != nil || res.Cancelled != 0 || res.Acked != 1 || !res.HeaderDeleted {
-					t.Fatalf("drain = %+v, %v", res, derr)
-				}
-				check(t, flow, id, "operator")
-			})
-
-			t.Run("DrainFirst", func(t *testing.T) {
-				flow, id := seed()
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tx.Rollback(ctx)
-				// The drain in a savepoint of tx: done, its locks held
-				// until tx commits.
-				if res, err := store.DrainCancelBacklog(ctx, tx, p, flow, backlogGraceMs, now, f); err != nil || res.Cancelled != 1 {
-					t.Fatalf("drain = %+v, %v", res, err)
-				}
-				done := make(chan struct{})
-				var res *ffread.CancelExecutionResult
-				var cerr error
-				go func() {
-					defer close(done)
-					res, cerr = ffread.CancelExecution(ctx, pool, p, id, ffread.CancelExecutionArgs{Reason: "operator", NowMs: now})
-				}()
-				fftest.WaitForLockWait(t, pool, "ff_exec_core")
-				if err := tx.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-				<-done
-				if cerr != nil || !res.AlreadyCancelled {
-					t.Fatalf("FlowFabric's cancel after the drain = %+v, %v", res, cerr)
-				}
-				check(t, flow, id, "backlog")
-			})
+		t.Run("FlowFabricFirst", func(t *testing.T) {
+			flow, id := seed()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ffread.CancelExecutionTx(ctx, tx, p, id, ffread.CancelExecutionArgs{Reason: "operator", NowMs: now}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			var res store.BacklogResult
+			var derr error
+			go func() {
+				defer close(done)
+				res, derr = store.DrainCancelBacklog(ctx, pool, p, flow, backlogGraceMs, now, f)
+			}()
+			fftest.WaitForLockWait(t, pool, "ff_exec_core")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if derr != nil || res.Cancelled != 0 || res.Acked != 1 || !res.HeaderDeleted {
+				t.Fatalf("drain = %+v, %v", res, derr)
+			}
+			check(t, flow, id, "operator")
 		})
-	}
+
+		t.Run("DrainFirst", func(t *testing.T) {
+			flow, id := seed()
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			// The drain in a savepoint of tx: done, its locks held
+			// until tx commits.
+			if res, err := store.DrainCancelBacklog(ctx, tx, p, flow, backlogGraceMs, now, f); err != nil || res.Cancelled != 1 {
+				t.Fatalf("drain = %+v, %v", res, err)
+			}
+			done := make(chan struct{})
+			var res *ffread.CancelExecutionResult
+			var cerr error
+			go func() {
+				defer close(done)
+				res, cerr = ffread.CancelExecution(ctx, pool, p, id, ffread.CancelExecutionArgs{Reason: "operator", NowMs: now})
+			}()
+			fftest.WaitForLockWait(t, pool, "ff_exec_core")
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			<-done
+			if cerr != nil || !res.AlreadyCancelled {
+				t.Fatalf("FlowFabric's cancel after the drain = %+v, %v", res, cerr)
+			}
+			check(t, flow, id, "backlog")
+		})
+	})
 }

@@ -133,90 +133,87 @@ func ptr[T any](v T) *T { return &v }
 // run it) or a stranded one the scheduler cannot pick.
 func TestClaimRacingTheGrantReset(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			const p = int16(5)
-			now := store.NowMs()
-			issued := func() (string, string) {
-				t.Helper()
-				id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "runnable", OwnershipState: "unowned",
-					EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt",
-					RawFields: map[string]any{"namespace": "a", "last_mutation_at": "1"}})
-				ok, _, err := ffread.IssueClaimGrant(ctx, pool, p, id, "w1", "w1-i1", 1000, now-5000)
-				if err != nil || !ok {
-					t.Fatalf("issue grant: %v %v", ok, err)
-				}
-				var grant string
-				if err := pool.QueryRow(ctx, `SELECT encode(grant_id, 'hex') FROM ff_claim_grant WHERE partition_key = $1 AND execution_id = $2`,
-					p, id).Scan(&grant); err != nil {
-					t.Fatal(err)
-				}
-				return id, grant
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		const p = int16(5)
+		now := store.NowMs()
+		issued := func() (string, string) {
+			t.Helper()
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, LifecyclePhase: "runnable", OwnershipState: "unowned",
+				EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt",
+				RawFields: map[string]any{"namespace": "a", "last_mutation_at": "1"}})
+			ok, _, err := ffread.IssueClaimGrant(ctx, pool, p, id, "w1", "w1-i1", 1000, now-5000)
+			if err != nil || !ok {
+				t.Fatalf("issue grant: %v %v", ok, err)
 			}
+			var grant string
+			if err := pool.QueryRow(ctx, `SELECT encode(grant_id, 'hex') FROM ff_claim_grant WHERE partition_key = $1 AND execution_id = $2`,
+				p, id).Scan(&grant); err != nil {
+				t.Fatal(err)
+			}
+			return id, grant
+		}
 
-			t.Run("ClaimHoldingTheExecutionWins", func(t *testing.T) {
-				id, grant := issued()
-				res := commitWhileBlocked(t, pool, "ff_exec_core", func(ctx context.Context, tx pgx.Tx) error {
-					// A claim consuming its grant: the execution locked first,
-					// as FlowFabric's claims lock it.
-					if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, p, id); err != nil {
-						return err
-					}
-					if _, err := tx.Exec(ctx, `DELETE FROM ff_claim_grant WHERE partition_key = $1 AND execution_id = $2`, p, id); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'active', ownership_state = 'leased',
-						eligibility_state = 'not_applicable', public_state = 'active', attempt_state = 'running_attempt'
-						WHERE partition_key = $1 AND execution_id = $2`, p, id)
+		t.Run("ClaimHoldingTheExecutionWins", func(t *testing.T) {
+			id, grant := issued()
+			res := commitWhileBlocked(t, pool, "ff_exec_core", func(ctx context.Context, tx pgx.Tx) error {
+				// A claim consuming its grant: the execution locked first,
+				// as FlowFabric's claims lock it.
+				if _, err := tx.Exec(ctx, `SELECT 1 FROM ff_exec_core WHERE partition_key = $1 AND execution_id = $2 FOR UPDATE`, p, id); err != nil {
 					return err
-				}, func(ctx context.Context) (store.ClaimGrantExpiryResult, error) {
-					res, err := store.ExpireClaimGrants(ctx, pool, p, []string{grant}, now, store.Filter{})
-					if err != nil {
-						return store.ClaimGrantExpiryResult{}, err
-					}
-					return res[0], nil
-				})
-				if res != (store.ClaimGrantExpiryResult{}) {
-					t.Fatalf("result = %+v; want nothing done (the claim consumed the grant)", res)
 				}
-				info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
-				if err != nil {
-					t.Fatal(err)
+				if _, err := tx.Exec(ctx, `DELETE FROM ff_claim_grant WHERE partition_key = $1 AND execution_id = $2`, p, id); err != nil {
+					return err
 				}
-				if info.StateVector.LifecyclePhase != "active" || info.StateVector.EligibilityState != "not_applicable" {
-					t.Fatalf("FlowFabric reads %+v; want the claimed execution active", info.StateVector)
-				}
-			})
-
-			t.Run("ResetFirstThenTheLateClaimFails", func(t *testing.T) {
-				id, grant := issued()
+				_, err := tx.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'active', ownership_state = 'leased',
+					eligibility_state = 'not_applicable', public_state = 'active', attempt_state = 'running_attempt'
+					WHERE partition_key = $1 AND execution_id = $2`, p, id)
+				return err
+			}, func(ctx context.Context) (store.ClaimGrantExpiryResult, error) {
 				res, err := store.ExpireClaimGrants(ctx, pool, p, []string{grant}, now, store.Filter{})
 				if err != nil {
-					t.Fatal(err)
+					return store.ClaimGrantExpiryResult{}, err
 				}
-				if !res[0].Deleted || !res[0].Reset {
-					t.Fatalf("result = %+v; want the grant deleted and the execution reset", res[0])
-				}
-				info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if sv := info.StateVector; sv.EligibilityState != "eligible_now" || sv.PublicState != "waiting" ||
-					sv.BlockingReason != "waiting_for_worker" || sv.LifecyclePhase != "runnable" {
-					t.Fatalf("FlowFabric reads %+v; want runnable, eligible_now, waiting, waiting_for_worker", sv)
-				}
-				if _, err := ffread.ClaimExecution(ctx, pool, p, id, "w1", "w1-i1", 0, 30_000, now); !errors.Is(err, ffread.ErrInvalidClaimGrant) {
-					t.Fatalf("late claim_execution: %v; want %v", err, ffread.ErrInvalidClaimGrant)
-				}
-				if ok, _, err := ffread.IssueClaimGrant(ctx, pool, p, id, "w2", "w2-i1", 30_000, now); err != nil || !ok {
-					t.Fatalf("the scheduler cannot grant the execution again: %v %v", ok, err)
-				}
+				return res[0], nil
 			})
+			if res != (store.ClaimGrantExpiryResult{}) {
+				t.Fatalf("result = %+v; want nothing done (the claim consumed the grant)", res)
+			}
+			info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.StateVector.LifecyclePhase != "active" || info.StateVector.EligibilityState != "not_applicable" {
+				t.Fatalf("FlowFabric reads %+v; want the claimed execution active", info.StateVector)
+			}
 		})
-	}
+
+		t.Run("ResetFirstThenTheLateClaimFails", func(t *testing.T) {
+			id, grant := issued()
+			res, err := store.ExpireClaimGrants(ctx, pool, p, []string{grant}, now, store.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res[0].Deleted || !res[0].Reset {
+				t.Fatalf("result = %+v; want the grant deleted and the execution reset", res[0])
+			}
+			info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sv := info.StateVector; sv.EligibilityState != "eligible_now" || sv.PublicState != "waiting" ||
+				sv.BlockingReason != "waiting_for_worker" || sv.LifecyclePhase != "runnable" {
+				t.Fatalf("FlowFabric reads %+v; want runnable, eligible_now, waiting, waiting_for_worker", sv)
+			}
+			if _, err := ffread.ClaimExecution(ctx, pool, p, id, "w1", "w1-i1", 0, 30_000, now); !errors.Is(err, ffread.ErrInvalidClaimGrant) {
+				t.Fatalf("late claim_execution: %v; want %v", err, ffread.ErrInvalidClaimGrant)
+			}
+			if ok, _, err := ffread.IssueClaimGrant(ctx, pool, p, id, "w2", "w2-i1", 30_000, now); err != nil || !ok {
+				t.Fatalf("the scheduler cannot grant the execution again: %v %v", ok, err)
+			}
+		})
+	})
 }
 
 // TestExpireClaimGrantsBatch: a batch gives every grant the result it gets

@@ -70,260 +70,257 @@ func readThroughFlowFabric(t *testing.T, db ffread.TxDB, p int16, id string) rea
 // with an error instead of Ok.
 func TestFlowFabricReadsWhatTheFleetWrote(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			now := store.NowMs()
-			must := func(err error) {
-				t.Helper()
-				if err != nil {
-					t.Fatal(err)
-				}
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		now := store.NowMs()
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
 			}
-			// created is raw_fields as FlowFabric's create_execution seeds
-			// them: describe_execution requires last_mutation_at.
-			created := func() map[string]any { return map[string]any{"namespace": "tenant-a", "last_mutation_at": "1"} }
-			// running is an execution as FlowFabric's Handle claim leaves
-			// it.
-			running := func(p int16, e fftest.Exec) string {
-				e.Partition, e.RawFields = p, created()
-				e.LifecyclePhase, e.OwnershipState, e.EligibilityState = "active", "leased", "not_applicable"
-				e.PublicState, e.AttemptState = "running", "running_attempt"
-				return fftest.InsertExec(t, pool, e)
+		}
+		// created is raw_fields as FlowFabric's create_execution seeds
+		// them: describe_execution requires last_mutation_at.
+		created := func() map[string]any { return map[string]any{"namespace": "tenant-a", "last_mutation_at": "1"} }
+		// running is an execution as FlowFabric's Handle claim leaves
+		// it.
+		running := func(p int16, e fftest.Exec) string {
+			e.Partition, e.RawFields = p, created()
+			e.LifecyclePhase, e.OwnershipState, e.EligibilityState = "active", "leased", "not_applicable"
+			e.PublicState, e.AttemptState = "running", "running_attempt"
+			return fftest.InsertExec(t, pool, e)
+		}
+		suspended := func(p int16, behavior string) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, RawFields: created(), LifecyclePhase: "suspended",
+				OwnershipState: "released", EligibilityState: "not_applicable", PublicState: "suspended",
+				AttemptState: "attempt_interrupted"})
+			fftest.InsertAttempt(t, pool, p, id, 0, nil)
+			must2(pool.Exec(ctx, `UPDATE ff_attempt SET outcome = 'attempt_interrupted' WHERE partition_key = $1 AND execution_id = $2`, p, id))
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
+				Behavior: fftest.Str(behavior)})
+			return id
+		}
+		expire := func(p int16, id string) {
+			t.Helper()
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
+			must(err)
+			if !res.Applied {
+				t.Fatalf("suspension not expired: %+v", res)
 			}
-			suspended := func(p int16, behavior string) string {
-				id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, RawFields: created(), LifecyclePhase: "suspended",
-					OwnershipState: "released", EligibilityState: "not_applicable", PublicState: "suspended",
-					AttemptState: "attempt_interrupted"})
-				fftest.InsertAttempt(t, pool, p, id, 0, nil)
-				must2(pool.Exec(ctx, `UPDATE ff_attempt SET outcome = 'attempt_interrupted' WHERE partition_key = $1 AND execution_id = $2`, p, id))
-				fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(now - 1),
-					Behavior: fftest.Str(behavior)})
-				return id
-			}
-			expire := func(p int16, id string) {
-				t.Helper()
-				res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
-				must(err)
-				if !res.Applied {
-					t.Fatalf("suspension not expired: %+v", res)
-				}
-			}
-			retries := func(n int) any { return map[string]any{"retry_policy": map[string]any{"max_retries": n}} }
+		}
+		retries := func(n int) any { return map[string]any{"retry_policy": map[string]any{"max_retries": n}} }
 
-			tests := []struct {
-				name string
-				act  func(p int16) string // runs the action, returns the execution
-				want ffread.StateVector
-				// cancel is the re-cancel's answer on a terminal row.
-				cancel string
-				// flowMember: FlowFabric's describe_execution fails on
-				// every flow member on Postgres (it hands its decoder the
-				// flow id as {fp:N}:<uuid>, which the decoder parses as a
-				// bare UUID), whatever the fleet writes.
-				flowMember bool
-			}{
-				{
-					name: "LeaseExpiry",
-					act: func(p int16) string {
-						id := running(p, fftest.Exec{})
-						fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now-1))
-						res, err := store.ReleaseExpiredLease(ctx, pool, p, id, 0, now, store.Filter{})
-						must(err)
-						if !res.ExecFlipped {
-							t.Fatalf("not flipped: %+v", res)
-						}
-						return id
-					},
-					want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
-						BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "attempt_interrupted", PublicState: "waiting"},
-				},
-				{
-					name: "AttemptTimeoutRetried",
-					act: func(p int16) string {
-						id := running(p, fftest.Exec{Policy: retries(2)})
-						fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now-1))
-						res, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id}}, now, store.Filter{})
-						must(err)
-						if !res[0].Retried {
-							t.Fatalf("not retried: %+v", res[0])
-						}
-						return id
-					},
-					want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
-						BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_retry_attempt", PublicState: "waiting"},
-				},
-				{
-					name: "AttemptTimeoutSpent",
-					act: func(p int16) string {
-						id := running(p, fftest.Exec{Policy: retries(1), AttemptIndex: 1})
-						fftest.InsertAttempt(t, pool, p, id, 1, fftest.Ms(now-1))
-						res, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id, AttemptIndex: 1}}, now, store.Filter{})
-						must(err)
-						if !res[0].Applied || res[0].Retried {
-							t.Fatalf("not ended: %+v", res[0])
-						}
-						return id
-					},
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
-					cancel: "already terminal in state 'expired'",
-				},
-				{
-					name: "ExecutionDeadline",
-					act: func(p int16) string {
-						id := running(p, fftest.Exec{DeadlineAtMs: fftest.Ms(now - 1)})
-						fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now+60_000))
-						res, err := store.ExpireDeadlines(ctx, pool, p, []string{id}, now, store.Filter{})
-						must(err)
-						if !res[0].Applied {
-							t.Fatalf("not expired: %+v", res[0])
-						}
-						return id
-					},
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
-					cancel: "already terminal in state 'expired'",
-				},
-				{
-					name: "SuspensionTimeoutFail",
-					act:  func(p int16) string { id := suspended(p, store.TimeoutFail); expire(p, id); return id },
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "failed", AttemptState: "attempt_terminal", PublicState: "failed"},
-					cancel: "already terminal in state 'failed'",
-				},
-				{
-					name: "SuspensionTimeoutCancel",
-					act:  func(p int16) string { id := suspended(p, store.TimeoutCancel); expire(p, id); return id },
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "cancelled", AttemptState: "attempt_terminal", PublicState: "cancelled"},
-					cancel: "ok",
-				},
-				{
-					name: "SuspensionTimeoutExpire",
-					act:  func(p int16) string { id := suspended(p, store.TimeoutExpire); expire(p, id); return id },
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
-					cancel: "already terminal in state 'expired'",
-				},
-				{
-					name: "SuspensionTimeoutEscalate",
-					act:  func(p int16) string { id := suspended(p, store.TimeoutEscalate); expire(p, id); return id },
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
-					cancel: "already terminal in state 'expired'",
-				},
-				{
-					name: "SuspensionTimeoutAutoResume",
-					act:  func(p int16) string { id := suspended(p, store.TimeoutAutoResume); expire(p, id); return id },
-					want: ffread.StateVector{LifecyclePhase: "suspended", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_interrupted", PublicState: "suspended"},
-				},
-				{
-					name: "DelayedPromotion",
-					act: func(p int16) string {
-						e := fftest.Delayed(p, now-1)
-						e.RawFields = created()
-						id := fftest.InsertExec(t, pool, e)
-						must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_retry_backoff'
-							WHERE partition_key = $1 AND execution_id = $2`, p, id))
-						res, err := store.PromoteDelayed(ctx, pool, p, id, now, store.Filter{})
-						must(err)
-						if !res.Promoted() {
-							t.Fatalf("not promoted: %+v", res)
-						}
-						return id
-					},
-					want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
-						BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_retry_attempt", PublicState: "waiting"},
-				},
-				{
-					// A member replayed out of a skip waits for its
-					// dependencies again (FlowFabric's replay writes
-					// waiting_children), then is satisfied.
-					name: "DependencySatisfied",
-					act: func(p int16) string {
-						f := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "tenant-a")
-						must2(pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'runnable', public_state = 'waiting_children',
-							blocking_reason = 'waiting_for_children', attempt_state = 'pending_replay_attempt',
-							raw_fields = raw_fields || '{"last_mutation_at": "1"}'
-							WHERE partition_key = $1 AND execution_id = $2`, p, f.down))
-						dispatch(t, pool, p, f.emit(t, pool, 0, "success"))
-						return f.down
-					},
-					want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
-						BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_replay_attempt", PublicState: "waiting"},
-					flowMember: true,
-				},
-				{
-					name: "DependencyImpossible",
-					act: func(p int16) string {
-						f := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "tenant-a")
-						must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_children',
-							raw_fields = raw_fields || '{"last_mutation_at": "1"}'
-							WHERE partition_key = $1 AND execution_id = $2`, p, f.down))
-						dispatch(t, pool, p, f.emit(t, pool, 0, "failed"))
-						return f.down
-					},
-					// FlowFabric's skip writes no attempt outcome (the
-					// downstream never ran): no terminal outcome, as there.
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_terminal", PublicState: "skipped"},
-					cancel:     "already terminal in state 'skipped'",
-					flowMember: true,
-				},
-				{
-					name: "SiblingCancel",
-					act: func(p int16) string {
-						flow, down := fftest.NewUUID(), fftest.NewUUID()
-						sib := running(p, fftest.Exec{})
-						must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_worker'
-							WHERE partition_key = $1 AND execution_id = $2`, p, sib))
-						fftest.InsertEdgeGroup(t, pool, fftest.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down, Flag: true,
-							Members: []string{sib}})
-						fftest.InsertPendingCancel(t, pool, p, flow, down, now)
-						res, err := store.DispatchCancelGroup(ctx, pool, p, flow, down, now, store.Filter{})
-						must(err)
-						if !res.Changed() {
-							t.Fatalf("not dispatched: %+v", res)
-						}
-						return sib
-					},
-					// FlowFabric's dispatcher writes attempt_state
-					// `cancelled` (normalised to attempt_terminal) and
-					// lifecycle `terminal`, leaving the attempt outcome.
-					want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
-						BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_terminal", PublicState: "cancelled"},
-					cancel: "ok",
-				},
-			}
-			for i, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					p := int16(10 + 3*i)
-					id := tt.act(p)
-					got := readThroughFlowFabric(t, pool, p, id)
-					if got.info != tt.want {
-						t.Errorf("read_execution_info:\ngot  %+v\nwant %+v", got.info, tt.want)
+		tests := []struct {
+			name string
+			act  func(p int16) string // runs the action, returns the execution
+			want ffread.StateVector
+			// cancel is the re-cancel's answer on a terminal row.
+			cancel string
+			// flowMember: FlowFabric's describe_execution fails on
+			// every flow member on Postgres (it hands its decoder the
+			// flow id as {fp:N}:<uuid>, which the decoder parses as a
+			// bare UUID), whatever the fleet writes.
+			flowMember bool
+		}{
+			{
+				name: "LeaseExpiry",
+				act: func(p int16) string {
+					id := running(p, fftest.Exec{})
+					fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now-1))
+					res, err := store.ReleaseExpiredLease(ctx, pool, p, id, 0, now, store.Filter{})
+					must(err)
+					if !res.ExecFlipped {
+						t.Fatalf("not flipped: %+v", res)
 					}
-					wantDescribe := tt.want.PublicState
-					if tt.flowMember && strings.Contains(got.describe, "flow_id") {
-						wantDescribe = got.describe
+					return id
+				},
+				want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
+					BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "attempt_interrupted", PublicState: "waiting"},
+			},
+			{
+				name: "AttemptTimeoutRetried",
+				act: func(p int16) string {
+					id := running(p, fftest.Exec{Policy: retries(2)})
+					fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now-1))
+					res, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id}}, now, store.Filter{})
+					must(err)
+					if !res[0].Retried {
+						t.Fatalf("not retried: %+v", res[0])
 					}
-					if got.state != tt.want.PublicState || got.describe != wantDescribe {
-						t.Errorf("read_execution_state %q, describe_execution %q; want %q", got.state, got.describe, tt.want.PublicState)
+					return id
+				},
+				want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
+					BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_retry_attempt", PublicState: "waiting"},
+			},
+			{
+				name: "AttemptTimeoutSpent",
+				act: func(p int16) string {
+					id := running(p, fftest.Exec{Policy: retries(1), AttemptIndex: 1})
+					fftest.InsertAttempt(t, pool, p, id, 1, fftest.Ms(now-1))
+					res, err := store.ExpireAttempts(ctx, pool, p, []store.LeaseRef{{ExecutionID: id, AttemptIndex: 1}}, now, store.Filter{})
+					must(err)
+					if !res[0].Applied || res[0].Retried {
+						t.Fatalf("not ended: %+v", res[0])
 					}
-					switch {
-					case tt.cancel == "" && got.cancel != "":
-						t.Errorf("cancel tried on a live row: %s", got.cancel)
-					case tt.cancel == "ok" && got.cancel != "ok", tt.cancel != "ok" && !strings.Contains(got.cancel, tt.cancel):
-						t.Errorf("re-cancel answered %q; want %q", got.cancel, tt.cancel)
+					return id
+				},
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
+				cancel: "already terminal in state 'expired'",
+			},
+			{
+				name: "ExecutionDeadline",
+				act: func(p int16) string {
+					id := running(p, fftest.Exec{DeadlineAtMs: fftest.Ms(now - 1)})
+					fftest.InsertAttempt(t, pool, p, id, 0, fftest.Ms(now+60_000))
+					res, err := store.ExpireDeadlines(ctx, pool, p, []string{id}, now, store.Filter{})
+					must(err)
+					if !res[0].Applied {
+						t.Fatalf("not expired: %+v", res[0])
 					}
-				})
-			}
-		})
-	}
+					return id
+				},
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
+				cancel: "already terminal in state 'expired'",
+			},
+			{
+				name: "SuspensionTimeoutFail",
+				act:  func(p int16) string { id := suspended(p, store.TimeoutFail); expire(p, id); return id },
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "failed", AttemptState: "attempt_terminal", PublicState: "failed"},
+				cancel: "already terminal in state 'failed'",
+			},
+			{
+				name: "SuspensionTimeoutCancel",
+				act:  func(p int16) string { id := suspended(p, store.TimeoutCancel); expire(p, id); return id },
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "cancelled", AttemptState: "attempt_terminal", PublicState: "cancelled"},
+				cancel: "ok",
+			},
+			{
+				name: "SuspensionTimeoutExpire",
+				act:  func(p int16) string { id := suspended(p, store.TimeoutExpire); expire(p, id); return id },
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
+				cancel: "already terminal in state 'expired'",
+			},
+			{
+				name: "SuspensionTimeoutEscalate",
+				act:  func(p int16) string { id := suspended(p, store.TimeoutEscalate); expire(p, id); return id },
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "expired", AttemptState: "attempt_terminal", PublicState: "expired"},
+				cancel: "already terminal in state 'expired'",
+			},
+			{
+				name: "SuspensionTimeoutAutoResume",
+				act:  func(p int16) string { id := suspended(p, store.TimeoutAutoResume); expire(p, id); return id },
+				want: ffread.StateVector{LifecyclePhase: "suspended", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_interrupted", PublicState: "suspended"},
+			},
+			{
+				name: "DelayedPromotion",
+				act: func(p int16) string {
+					e := fftest.Delayed(p, now-1)
+					e.RawFields = created()
+					id := fftest.InsertExec(t, pool, e)
+					must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_retry_backoff'
+						WHERE partition_key = $1 AND execution_id = $2`, p, id))
+					res, err := store.PromoteDelayed(ctx, pool, p, id, now, store.Filter{})
+					must(err)
+					if !res.Promoted() {
+						t.Fatalf("not promoted: %+v", res)
+					}
+					return id
+				},
+				want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
+					BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_retry_attempt", PublicState: "waiting"},
+			},
+			{
+				// A member replayed out of a skip waits for its
+				// dependencies again (FlowFabric's replay writes
+				// waiting_children), then is satisfied.
+				name: "DependencySatisfied",
+				act: func(p int16) string {
+					f := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "tenant-a")
+					must2(pool.Exec(ctx, `UPDATE ff_exec_core SET lifecycle_phase = 'runnable', public_state = 'waiting_children',
+						blocking_reason = 'waiting_for_children', attempt_state = 'pending_replay_attempt',
+						raw_fields = raw_fields || '{"last_mutation_at": "1"}'
+						WHERE partition_key = $1 AND execution_id = $2`, p, f.down))
+					dispatch(t, pool, p, f.emit(t, pool, 0, "success"))
+					return f.down
+				},
+				want: ffread.StateVector{LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "eligible_now",
+					BlockingReason: "waiting_for_worker", TerminalOutcome: "none", AttemptState: "pending_replay_attempt", PublicState: "waiting"},
+				flowMember: true,
+			},
+			{
+				name: "DependencyImpossible",
+				act: func(p int16) string {
+					f := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "tenant-a")
+					must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_children',
+						raw_fields = raw_fields || '{"last_mutation_at": "1"}'
+						WHERE partition_key = $1 AND execution_id = $2`, p, f.down))
+					dispatch(t, pool, p, f.emit(t, pool, 0, "failed"))
+					return f.down
+				},
+				// FlowFabric's skip writes no attempt outcome (the
+				// downstream never ran): no terminal outcome, as there.
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_terminal", PublicState: "skipped"},
+				cancel:     "already terminal in state 'skipped'",
+				flowMember: true,
+			},
+			{
+				name: "SiblingCancel",
+				act: func(p int16) string {
+					flow, down := fftest.NewUUID(), fftest.NewUUID()
+					sib := running(p, fftest.Exec{})
+					must2(pool.Exec(ctx, `UPDATE ff_exec_core SET blocking_reason = 'waiting_for_worker'
+						WHERE partition_key = $1 AND execution_id = $2`, p, sib))
+					fftest.InsertEdgeGroup(t, pool, fftest.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down, Flag: true,
+						Members: []string{sib}})
+					fftest.InsertPendingCancel(t, pool, p, flow, down, now)
+					res, err := store.DispatchCancelGroup(ctx, pool, p, flow, down, now, store.Filter{})
+					must(err)
+					if !res.Changed() {
+						t.Fatalf("not dispatched: %+v", res)
+					}
+					return sib
+				},
+				// FlowFabric's dispatcher writes attempt_state
+				// `cancelled` (normalised to attempt_terminal) and
+				// lifecycle `terminal`, leaving the attempt outcome.
+				want: ffread.StateVector{LifecyclePhase: "terminal", OwnershipState: "unowned", EligibilityState: "not_applicable",
+					BlockingReason: "none", TerminalOutcome: "none", AttemptState: "attempt_terminal", PublicState: "cancelled"},
+				cancel: "ok",
+			},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				p := int16(10 + 3*i)
+				id := tt.act(p)
+				got := readThroughFlowFabric(t, pool, p, id)
+				if got.info != tt.want {
+					t.Errorf("read_execution_info:\ngot  %+v\nwant %+v", got.info, tt.want)
+				}
+				wantDescribe := tt.want.PublicState
+				if tt.flowMember && strings.Contains(got.describe, "flow_id") {
+					wantDescribe = got.describe
+				}
+				if got.state != tt.want.PublicState || got.describe != wantDescribe {
+					t.Errorf("read_execution_state %q, describe_execution %q; want %q", got.state, got.describe, tt.want.PublicState)
+				}
+				switch {
+				case tt.cancel == "" && got.cancel != "":
+					t.Errorf("cancel tried on a live row: %s", got.cancel)
+				case tt.cancel == "ok" && got.cancel != "ok", tt.cancel != "ok" && !strings.Contains(got.cancel, tt.cancel):
+					t.Errorf("re-cancel answered %q; want %q", got.cancel, tt.cancel)
+				}
+			})
+		}
+	})
 }
 
 // TestFlowFabricResumePathsAfterTheFleet: FlowFabric's own resume paths still
@@ -339,73 +336,70 @@ func TestFlowFabricReadsWhatTheFleetWrote(t *testing.T) {
 // or a terminal execution claimed back.
 func TestFlowFabricResumePathsAfterTheFleet(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			now := store.NowMs()
-			suspend := func(p int16, timeoutAtMs int64) string {
-				id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, Namespace: "tenant-a", LifecyclePhase: "suspended",
-					OwnershipState: "released", EligibilityState: "not_applicable", PublicState: "suspended",
-					AttemptState: "attempt_interrupted"})
-				fftest.InsertAttempt(t, pool, p, id, 0, nil)
-				fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(timeoutAtMs)})
-				return id
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		now := store.NowMs()
+		suspend := func(p int16, timeoutAtMs int64) string {
+			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p, Namespace: "tenant-a", LifecyclePhase: "suspended",
+				OwnershipState: "released", EligibilityState: "not_applicable", PublicState: "suspended",
+				AttemptState: "attempt_interrupted"})
+			fftest.InsertAttempt(t, pool, p, id, 0, nil)
+			fftest.InsertSuspension(t, pool, fftest.Suspension{Partition: p, ExecutionID: id, TimeoutAtMs: fftest.Ms(timeoutAtMs)})
+			return id
+		}
+
+		t.Run("SignalThenFleetThenClaimResumed", func(t *testing.T) {
+			const p = int16(3)
+			id := suspend(p, now-1)
+			if _, err := ffread.DeliverSignalSatisfied(ctx, pool, p, id, "wp-key", ffread.Signal{Name: "approved"}, now); err != nil {
+				t.Fatal(err)
 			}
-
-			t.Run("SignalThenFleetThenClaimResumed", func(t *testing.T) {
-				const p = int16(3)
-				id := suspend(p, now-1)
-				if _, err := ffread.DeliverSignalSatisfied(ctx, pool, p, id, "wp-key", ffread.Signal{Name: "approved"}, now); err != nil {
-					t.Fatal(err)
-				}
-				res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
-				if err != nil || res.Applied || res.NotSuspended != "runnable" {
-					t.Fatalf("fleet's action = %+v, %v; want the resumable execution left alone", res, err)
-				}
-				if _, err := ffread.ClaimResumedExecution(ctx, pool, p, id, "worker-1", "worker-1/0", 30_000); err != nil {
-					t.Fatalf("claim_resumed_execution after the fleet: %v", err)
-				}
-				sigs, err := ffread.ObserveSignals(ctx, pool, p, id)
-				if err != nil || len(sigs) != 1 || sigs[0].SignalName != "approved" {
-					t.Fatalf("observe_signals = %+v, %v; want the approved signal", sigs, err)
-				}
-				// The claimed execution's suspension is never due again.
-				if rows, err := store.TimedOutSuspensions.Scan(ctx, pool, p, now+60_000, nil, 10, store.Filter{}); err != nil || len(rows) != 0 {
-					t.Fatalf("due suspensions after the claim = %v, %v; want none", rows, err)
-				}
-				info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
-				if err != nil || info.StateVector.LifecyclePhase != "active" || info.PublicState != "active" {
-					t.Fatalf("claimed execution reads %+v, %v; want active", info, err)
-				}
-			})
-
-			t.Run("TypedResumeOfAnExecutionTheFleetLeft", func(t *testing.T) {
-				const p = int16(4)
-				id := suspend(p, now+60_000)
-				if res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{}); err != nil || res.Applied {
-					t.Fatalf("fleet's action = %+v, %v; want a no-op (not due)", res, err)
-				}
-				ps, err := ffread.ResumeExecution(ctx, pool, p, id, 0)
-				if err != nil || ps != "waiting" {
-					t.Fatalf("resume_execution = %q, %v; want waiting", ps, err)
-				}
-			})
-
-			t.Run("EndedExecutionIsNotResumed", func(t *testing.T) {
-				const p = int16(5)
-				id := suspend(p, now-1)
-				if res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{}); err != nil || !res.Applied {
-					t.Fatalf("fleet's action = %+v, %v; want the timeout applied", res, err)
-				}
-				if _, err := ffread.ResumeExecution(ctx, pool, p, id, 0); !errors.Is(err, ffread.ErrExecutionNotSuspended) {
-					t.Fatalf("resume_execution of an ended execution = %v; want %v", err, ffread.ErrExecutionNotSuspended)
-				}
-				if _, err := ffread.ClaimResumedExecution(ctx, pool, p, id, "w", "w/0", 30_000); !errors.Is(err, ffread.ErrNotAResumedExecution) {
-					t.Fatalf("claim_resumed_execution of an ended execution = %v; want %v", err, ffread.ErrNotAResumedExecution)
-				}
-			})
+			res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{})
+			if err != nil || res.Applied || res.NotSuspended != "runnable" {
+				t.Fatalf("fleet's action = %+v, %v; want the resumable execution left alone", res, err)
+			}
+			if _, err := ffread.ClaimResumedExecution(ctx, pool, p, id, "worker-1", "worker-1/0", 30_000); err != nil {
+				t.Fatalf("claim_resumed_execution after the fleet: %v", err)
+			}
+			sigs, err := ffread.ObserveSignals(ctx, pool, p, id)
+			if err != nil || len(sigs) != 1 || sigs[0].SignalName != "approved" {
+				t.Fatalf("observe_signals = %+v, %v; want the approved signal", sigs, err)
+			}
+			// The claimed execution's suspension is never due again.
+			if rows, err := store.TimedOutSuspensions.Scan(ctx, pool, p, now+60_000, nil, 10, store.Filter{}); err != nil || len(rows) != 0 {
+				t.Fatalf("due suspensions after the claim = %v, %v; want none", rows, err)
+			}
+			info, err := ffread.ReadExecutionInfo(ctx, pool, p, id)
+			if err != nil || info.StateVector.LifecyclePhase != "active" || info.PublicState != "active" {
+				t.Fatalf("claimed execution reads %+v, %v; want active", info, err)
+			}
 		})
-	}
+
+		t.Run("TypedResumeOfAnExecutionTheFleetLeft", func(t *testing.T) {
+			const p = int16(4)
+			id := suspend(p, now+60_000)
+			if res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{}); err != nil || res.Applied {
+				t.Fatalf("fleet's action = %+v, %v; want a no-op (not due)", res, err)
+			}
+			ps, err := ffread.ResumeExecution(ctx, pool, p, id, 0)
+			if err != nil || ps != "waiting" {
+				t.Fatalf("resume_execution = %q, %v; want waiting", ps, err)
+			}
+		})
+
+		t.Run("EndedExecutionIsNotResumed", func(t *testing.T) {
+			const p = int16(5)
+			id := suspend(p, now-1)
+			if res, err := store.ExpireSuspension(ctx, pool, p, id, now, store.Filter{}); err != nil || !res.Applied {
+				t.Fatalf("fleet's action = %+v, %v; want the timeout applied", res, err)
+			}
+			if _, err := ffread.ResumeExecution(ctx, pool, p, id, 0); !errors.Is(err, ffread.ErrExecutionNotSuspended) {
+				t.Fatalf("resume_execution of an ended execution = %v; want %v", err, ffread.ErrExecutionNotSuspended)
+			}
+			if _, err := ffread.ClaimResumedExecution(ctx, pool, p, id, "w", "w/0", 30_000); !errors.Is(err, ffread.ErrNotAResumedExecution) {
+				t.Fatalf("claim_resumed_execution of an ended execution = %v; want %v", err, ffread.ErrNotAResumedExecution)
+			}
+		})
+	})
 }

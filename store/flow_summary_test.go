@@ -65,101 +65,98 @@ func member(t *testing.T, db store.DB, p int16, flow, ps string, endedMs int64) 
 // rule's state wrong for a mix of members.
 func TestProjectFlowsIsFlowFabricsProjection(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			const now = int64(9_000_000)
-			tests := []struct {
-				name    string
-				members []string
-				state   string
-				// active and waiting where FlowFabric's differ (-1: same).
-				active, waiting int32
-			}{
-				{name: "AllCompleted", members: []string{"completed", "completed", "skipped"}, state: "completed", active: -1, waiting: -1},
-				{name: "EndedWithAFailure", members: []string{"completed", "failed", "cancelled", "expired"}, state: "failed", active: -1, waiting: -1},
-				{name: "Active", members: []string{"active", "waiting", "completed"}, state: "running", active: -1, waiting: -1},
-				{name: "ClaimedRunning", members: []string{"running", "waiting"}, state: "running", active: 1, waiting: -1},
-				{name: "Blocked", members: []string{"suspended", "waiting", "delayed", "waiting_children"}, state: "blocked", active: -1, waiting: -1},
-				{name: "Open", members: []string{"waiting", "waiting"}, state: "open", active: -1, waiting: -1},
-				{name: "Resumable", members: []string{"resumable", "completed"}, state: "open", active: -1, waiting: 1},
-			}
-			for i, tt := range tests {
-				t.Run(tt.name, func(t *testing.T) {
-					p := int16(20 + i)
-					ours, theirs := insertFlow(t, pool, p, nil), insertFlow(t, pool, p, nil)
-					for _, ps := range tt.members {
-						member(t, pool, p, ours, ps, now-10)
-						member(t, pool, p, theirs, ps, now-10)
-					}
-					if n, err := store.ProjectFlows(ctx, pool, p, []string{ours}, now, store.Filter{}); err != nil || n != 1 {
-						t.Fatalf("ProjectFlows = %d, %v; want 1 flow", n, err)
-					}
-					if ok, err := ffread.ProjectFlowSummary(ctx, pool, p, theirs, now); err != nil || !ok {
-						t.Fatalf("FlowFabric's projection = %v, %v", ok, err)
-					}
-					got, ok, err := ffread.ReadFlowSummary(ctx, pool, p, ours)
-					if err != nil || !ok {
-						t.Fatalf("read ours: %v, %v", ok, err)
-					}
-					want, _, err := ffread.ReadFlowSummary(ctx, pool, p, theirs)
-					if err != nil {
-						t.Fatal(err)
-					}
-					want.FlowID = got.FlowID
-					if tt.active >= 0 {
-						want.MembersActive = tt.active
-					}
-					if tt.waiting >= 0 {
-						want.MembersWaiting = tt.waiting
-					}
-					want.PublicFlowState = tt.state
-					if got != want {
-						t.Fatalf("summary:\ngot  %+v\nwant %+v (FlowFabric's, but for running and resumable)", got, want)
-					}
-				})
-			}
-
-			t.Run("NoRowForFlowsItCannotProject", func(t *testing.T) {
-				const p = int16(40)
-				empty := insertFlow(t, pool, p, nil)
-				orphan := fftest.NewUUID() // members, no ff_flow_core row
-				member(t, pool, p, orphan, "waiting", 0)
-				other := insertFlow(t, pool, p, map[string]any{"namespace": "other"})
-				member(t, pool, p, other, "waiting", 0)
-				dflt := insertFlow(t, pool, p, nil) // FlowFabric's namespace: "default"
-				member(t, pool, p, dflt, "waiting", 0)
-				n, err := store.ProjectFlows(ctx, pool, p, []string{empty, orphan, other, dflt}, now, store.Filter{Namespace: "default"})
-				if err != nil || n != 1 {
-					t.Fatalf("ProjectFlows = %d, %v; want the default namespace's flow only", n, err)
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		const now = int64(9_000_000)
+		tests := []struct {
+			name    string
+			members []string
+			state   string
+			// active and waiting where FlowFabric's differ (-1: same).
+			active, waiting int32
+		}{
+			{name: "AllCompleted", members: []string{"completed", "completed", "skipped"}, state: "completed", active: -1, waiting: -1},
+			{name: "EndedWithAFailure", members: []string{"completed", "failed", "cancelled", "expired"}, state: "failed", active: -1, waiting: -1},
+			{name: "Active", members: []string{"active", "waiting", "completed"}, state: "running", active: -1, waiting: -1},
+			{name: "ClaimedRunning", members: []string{"running", "waiting"}, state: "running", active: 1, waiting: -1},
+			{name: "Blocked", members: []string{"suspended", "waiting", "delayed", "waiting_children"}, state: "blocked", active: -1, waiting: -1},
+			{name: "Open", members: []string{"waiting", "waiting"}, state: "open", active: -1, waiting: -1},
+			{name: "Resumable", members: []string{"resumable", "completed"}, state: "open", active: -1, waiting: 1},
+		}
+		for i, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				p := int16(20 + i)
+				ours, theirs := insertFlow(t, pool, p, nil), insertFlow(t, pool, p, nil)
+				for _, ps := range tt.members {
+					member(t, pool, p, ours, ps, now-10)
+					member(t, pool, p, theirs, ps, now-10)
 				}
-				for _, id := range []string{empty, orphan, other} {
-					if _, ok, _ := ffread.ReadFlowSummary(ctx, pool, p, id); ok {
-						t.Errorf("flow %s got a summary", id)
-					}
+				if n, err := store.ProjectFlows(ctx, pool, p, []string{ours}, now, store.Filter{}); err != nil || n != 1 {
+					t.Fatalf("ProjectFlows = %d, %v; want 1 flow", n, err)
+				}
+				if ok, err := ffread.ProjectFlowSummary(ctx, pool, p, theirs, now); err != nil || !ok {
+					t.Fatalf("FlowFabric's projection = %v, %v", ok, err)
+				}
+				got, ok, err := ffread.ReadFlowSummary(ctx, pool, p, ours)
+				if err != nil || !ok {
+					t.Fatalf("read ours: %v, %v", ok, err)
+				}
+				want, _, err := ffread.ReadFlowSummary(ctx, pool, p, theirs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want.FlowID = got.FlowID
+				if tt.active >= 0 {
+					want.MembersActive = tt.active
+				}
+				if tt.waiting >= 0 {
+					want.MembersWaiting = tt.waiting
+				}
+				want.PublicFlowState = tt.state
+				if got != want {
+					t.Fatalf("summary:\ngot  %+v\nwant %+v (FlowFabric's, but for running and resumable)", got, want)
 				}
 			})
+		}
 
-			t.Run("TagIsTopLevelOnAFlow", func(t *testing.T) {
-				const p = int16(41)
-				f := store.Filter{TagKey: "cairn.instance_id", TagValue: "i-1"}
-				top := insertFlow(t, pool, p, map[string]any{"cairn.instance_id": "i-1"})
-				nested := insertFlow(t, pool, p, map[string]any{"tags": map[string]any{"cairn.instance_id": "i-1"}})
-				number := insertFlow(t, pool, p, map[string]any{"cairn.instance_id": 1})
-				for _, id := range []string{top, nested, number} {
-					member(t, pool, p, id, "waiting", 0)
+		t.Run("NoRowForFlowsItCannotProject", func(t *testing.T) {
+			const p = int16(40)
+			empty := insertFlow(t, pool, p, nil)
+			orphan := fftest.NewUUID() // members, no ff_flow_core row
+			member(t, pool, p, orphan, "waiting", 0)
+			other := insertFlow(t, pool, p, map[string]any{"namespace": "other"})
+			member(t, pool, p, other, "waiting", 0)
+			dflt := insertFlow(t, pool, p, nil) // FlowFabric's namespace: "default"
+			member(t, pool, p, dflt, "waiting", 0)
+			n, err := store.ProjectFlows(ctx, pool, p, []string{empty, orphan, other, dflt}, now, store.Filter{Namespace: "default"})
+			if err != nil || n != 1 {
+				t.Fatalf("ProjectFlows = %d, %v; want the default namespace's flow only", n, err)
+			}
+			for _, id := range []string{empty, orphan, other} {
+				if _, ok, _ := ffread.ReadFlowSummary(ctx, pool, p, id); ok {
+					t.Errorf("flow %s got a summary", id)
 				}
-				if n, err := store.ProjectFlows(ctx, pool, p, []string{top, nested, number}, now, f); err != nil || n != 1 {
-					t.Fatalf("ProjectFlows = %d, %v; want only the flow tagged at the top level with the string", n, err)
-				}
-				if _, ok, _ := ffread.ReadFlowSummary(ctx, pool, p, top); !ok {
-					t.Fatal("the tenant's flow has no summary")
-				}
-			})
+			}
 		})
-	}
+
+		t.Run("TagIsTopLevelOnAFlow", func(t *testing.T) {
+			const p = int16(41)
+			f := store.Filter{TagKey: "cairn.instance_id", TagValue: "i-1"}
+			top := insertFlow(t, pool, p, map[string]any{"cairn.instance_id": "i-1"})
+			nested := insertFlow(t, pool, p, map[string]any{"tags": map[string]any{"cairn.instance_id": "i-1"}})
+			number := insertFlow(t, pool, p, map[string]any{"cairn.instance_id": 1})
+			for _, id := range []string{top, nested, number} {
+				member(t, pool, p, id, "waiting", 0)
+			}
+			if n, err := store.ProjectFlows(ctx, pool, p, []string{top, nested, number}, now, f); err != nil || n != 1 {
+				t.Fatalf("ProjectFlows = %d, %v; want only the flow tagged at the top level with the string", n, err)
+			}
+			if _, ok, _ := ffread.ReadFlowSummary(ctx, pool, p, top); !ok {
+				t.Fatal("the tenant's flow has no summary")
+			}
+		})
+	})
 }
 
 // TestFlowSummaryPassesReadOnlyWhatChanged: the partitions a tick finds and

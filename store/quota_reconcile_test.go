@@ -115,47 +115,44 @@ func TestReconcileQuotas(t *testing.T) {
 // regression shows as ConcurrencyExceeded after the reconcile.
 func TestCheckAdmissionAfterQuotaReconcile(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			pool := schema.New(t).Pool
-			const p, policy = int16(4), "qp-1"
-			const t0 = int64(1_000_000)
-			fftest.InsertQuotaPolicy(t, pool, fftest.QuotaPolicy{Partition: p, ID: policy, WindowSeconds: 10, MaxRequests: 100, ConcurrencyCap: 2})
-			admit := func(ex string, now int64) ffread.Admission {
-				t.Helper()
-				got, err := ffread.CheckAdmission(ctx, pool, p, policy, ffread.AdmissionArgs{ExecutionID: ex, WindowSeconds: 10,
-					RateLimit: 100, ConcurrencyCap: 2, NowMs: now})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return got
-			}
-			for i, ex := range []string{"{fp:1}:a", "{fp:1}:b"} {
-				if got := admit(ex, t0+int64(i)); got != ffread.Admitted {
-					t.Fatalf("admission %d: %s", i, got)
-				}
-			}
-			later := t0 + 20_000 // both guards lapsed
-			if got := admit("{fp:1}:c", later); got != ffread.ConcurrencyExceeded {
-				t.Fatalf("before the reconcile: %s; want %s (the counter only goes up)", got, ffread.ConcurrencyExceeded)
-			}
-			res, err := store.ReconcileQuotas(ctx, pool, p, []store.QuotaAdmission{{policy, "{fp:1}:a"}, {policy, "{fp:1}:b"}}, later)
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		ctx := context.Background()
+		pool := db.Pool
+		const p, policy = int16(4), "qp-1"
+		const t0 = int64(1_000_000)
+		fftest.InsertQuotaPolicy(t, pool, fftest.QuotaPolicy{Partition: p, ID: policy, WindowSeconds: 10, MaxRequests: 100, ConcurrencyCap: 2})
+		admit := func(ex string, now int64) ffread.Admission {
+			t.Helper()
+			got, err := ffread.CheckAdmission(ctx, pool, p, policy, ffread.AdmissionArgs{ExecutionID: ex, WindowSeconds: 10,
+				RateLimit: 100, ConcurrencyCap: 2, NowMs: now})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res[0].Deleted || !res[1].Deleted || !res[0].Recounted || res[0].ConcurrencyAfter != 0 {
-				t.Fatalf("reconcile = %+v", res)
+			return got
+		}
+		for i, ex := range []string{"{fp:1}:a", "{fp:1}:b"} {
+			if got := admit(ex, t0+int64(i)); got != ffread.Admitted {
+				t.Fatalf("admission %d: %s", i, got)
 			}
-			if got := admit("{fp:1}:c", later); got != ffread.Admitted {
-				t.Fatalf("after the reconcile: %s; want %s", got, ffread.Admitted)
-			}
-			if n := fftest.ActiveConcurrency(t, pool, p, policy); n != 1 {
-				t.Fatalf("active_concurrency = %d; want 1", n)
-			}
-		})
-	}
+		}
+		later := t0 + 20_000 // both guards lapsed
+		if got := admit("{fp:1}:c", later); got != ffread.ConcurrencyExceeded {
+			t.Fatalf("before the reconcile: %s; want %s (the counter only goes up)", got, ffread.ConcurrencyExceeded)
+		}
+		res, err := store.ReconcileQuotas(ctx, pool, p, []store.QuotaAdmission{{policy, "{fp:1}:a"}, {policy, "{fp:1}:b"}}, later)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res[0].Deleted || !res[1].Deleted || !res[0].Recounted || res[0].ConcurrencyAfter != 0 {
+			t.Fatalf("reconcile = %+v", res)
+		}
+		if got := admit("{fp:1}:c", later); got != ffread.Admitted {
+			t.Fatalf("after the reconcile: %s; want %s", got, ffread.Admitted)
+		}
+		if n := fftest.ActiveConcurrency(t, pool, p, policy); n != 1 {
+			t.Fatalf("active_concurrency = %d; want 1", n)
+		}
+	})
 }
 
 // TestRecountWaitsForCheckAdmission: the recount takes the policy's row

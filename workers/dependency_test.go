@@ -108,34 +108,30 @@ func TestDependencyPrimaryDispatchesOnNotification(t *testing.T) {
 // dispatcher cannot use).
 func TestDependencyWithTheCancelPair(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			db := schema.New(t)
-			pool := db.Pool
-			p, flow := int16(23), fftest.NewUUID()
-			down := fftest.InsertExec(t, pool, fftest.Blocked(p, flow))
-			var ups []string
-			for range 3 {
-				ups = append(ups, fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow}))
-			}
-			fftest.Link(t, pool, p, flow, `{"kind":"any_of","on_satisfied":"cancel_remaining"}`, down, ups...)
-			fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: ups[0], FlowID: flow, Outcome: "success",
-				CommittedAtMs: staleMs()})
-			fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency, workers.CancelDispatch, workers.CancelReconcile)})
-			fleettest.WaitFor(t, fleettest.Patient, "both siblings cancelled", func() (bool, string) {
-				n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE flow_id = $1 AND public_state = 'cancelled'
-					AND cancellation_reason = 'sibling_quorum_satisfied'`, flow)
-				return n == 2, fleettest.Statusf("%d cancelled", n)
-			})
-			if ex := fftest.ReadExec(t, pool, p, down); ex.EligibilityState != "eligible_now" {
-				t.Fatalf("downstream %+v", ex)
-			}
-			if ex := fftest.ReadExec(t, pool, p, ups[0]); ex.PublicState == "cancelled" {
-				t.Fatal("the winner was cancelled")
-			}
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		pool := db.Pool
+		p, flow := int16(23), fftest.NewUUID()
+		down := fftest.InsertExec(t, pool, fftest.Blocked(p, flow))
+		var ups []string
+		for range 3 {
+			ups = append(ups, fftest.InsertExec(t, pool, fftest.Exec{Partition: p, FlowID: flow}))
+		}
+		fftest.Link(t, pool, p, flow, `{"kind":"any_of","on_satisfied":"cancel_remaining"}`, down, ups...)
+		fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: ups[0], FlowID: flow, Outcome: "success",
+			CommittedAtMs: staleMs()})
+		fleettest.Start(t, db, fleet.Config{Reconcilers: fleettest.Fast(workers.Dependency, workers.CancelDispatch, workers.CancelReconcile)})
+		fleettest.WaitFor(t, fleettest.Patient, "both siblings cancelled", func() (bool, string) {
+			n := fftest.Count(t, pool, `SELECT count(*) FROM ff_exec_core WHERE flow_id = $1 AND public_state = 'cancelled'
+				AND cancellation_reason = 'sibling_quorum_satisfied'`, flow)
+			return n == 2, fleettest.Statusf("%d cancelled", n)
 		})
-	}
+		if ex := fftest.ReadExec(t, pool, p, down); ex.EligibilityState != "eligible_now" {
+			t.Fatalf("downstream %+v", ex)
+		}
+		if ex := fftest.ReadExec(t, pool, p, ups[0]); ex.PublicState == "cancelled" {
+			t.Fatal("the winner was cancelled")
+		}
+	})
 }
 
 // TestDependencyHotGroupFromTwoProcesses: 300 events into one fan-in group,

@@ -28,12 +28,9 @@ func siblingsEach(n int) map[string]int { return fftest.SiblingsEach(n) }
 // after its first batch.
 func TestRetentionTrimsOnlyExpiredTerminalExecutions(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			retentionTrims(t, schema.New(t))
-		})
-	}
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		retentionTrims(t, db)
+	})
 }
 
 func retentionTrims(t *testing.T, db *testdb.DB) {

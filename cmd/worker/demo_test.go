@@ -120,12 +120,9 @@ func TestDemoFeedsUntilDuration(t *testing.T) {
 // migrations built.
 func TestDemoRowsGetReconciled(t *testing.T) {
 	t.Parallel()
-	for _, schema := range testdb.Schemas {
-		t.Run(schema.Name, func(t *testing.T) {
-			t.Parallel()
-			demoRowsGetReconciled(t, schema.New(t))
-		})
-	}
+	testdb.EachSchema(t, func(t *testing.T, db *testdb.DB) {
+		demoRowsGetReconciled(t, db)
+	})
 }
 
 func demoRowsGetReconciled(t *testing.T, db *testdb.DB) {

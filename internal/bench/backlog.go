@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffreconcile/internal/ffread"
-	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -189,24 +188,7 @@ func (e *env) backlog(ctx context.Context) (BacklogResult, error) {
 	}
 	cfg := e.fleetConfig()
 	cfg.Reconcilers = map[string]time.Duration{workers.CancelBacklog.Name: time.Second}
-	f, err := fleet.New(ctx, cfg)
-	if err != nil {
-		return res, err
-	}
-	cpu = sampleCPU()
-	start = time.Now()
-	if err := f.Start(ctx); err != nil {
-		f.Close()
-		return res, err
-	}
-	done, err := waitDrained(ctx, 10*time.Minute, e.backlogLeft)
-	res.OursTime, res.OursCPU = done.Sub(start), cpu.per(res.Members)
-	res.OursStats = statsLine(f.Workers.Stats().For(workers.CancelBacklog.Name).Snapshot(), nil)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_ = f.Stop(stopCtx)
-	cancel()
-	f.Close()
-	if err != nil {
+	if res.OursTime, res.OursCPU, res.OursStats, err = e.drainWith(ctx, cfg, workers.CancelBacklog, res.Members, e.backlogLeft); err != nil {
 		return res, err
 	}
 	if err := e.checkDrained(ctx, res.Members); err != nil {

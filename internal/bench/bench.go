@@ -27,6 +27,7 @@ import (
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/migrations"
 	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
 )
 
 // Config sizes the benchmark.
@@ -586,4 +587,30 @@ func ServerLine(s store.ServerSettings) string {
 		av = "**off**"
 	}
 	return fmt.Sprintf("Server: PostgreSQL %s, autovacuum %s, max_locks_per_transaction %d.", s.Version, av, s.MaxLocksPerTransaction)
+}
+
+// drainWith starts a fleet of cfg and waits until left reports nothing
+// left (10 minutes at most), then stops it: how long that took from the
+// fleet's start (its election and first tick included), the CPU it cost
+// per row of rows, and reconciler r's counters.
+func (e *env) drainWith(ctx context.Context, cfg fleet.Config, r *workers.Reconciler, rows int,
+	left func(context.Context) (int, error)) (time.Duration, CPUCost, string, error) {
+	f, err := fleet.New(ctx, cfg)
+	if err != nil {
+		return 0, CPUCost{}, "", err
+	}
+	cpu := sampleCPU()
+	start := time.Now()
+	if err := f.Start(ctx); err != nil {
+		f.Close()
+		return 0, CPUCost{}, "", err
+	}
+	done, err := waitDrained(ctx, 10*time.Minute, left)
+	took, cost := done.Sub(start), cpu.per(rows)
+	stats := statsLine(f.Workers.Stats().For(r.Name).Snapshot(), nil)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	_ = f.Stop(stopCtx)
+	cancel()
+	f.Close()
+	return took, cost, stats, err
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -74,27 +73,11 @@ func (e *env) flows(ctx context.Context) (FlowsResult, error) {
 	e.progress("flows: flow_summary alone projecting them")
 	fc := e.fleetConfig()
 	fc.Reconcilers = map[string]time.Duration{workers.FlowSummary.Name: workers.FlowSummary.Interval}
-	f, err := fleet.New(ctx, fc)
-	if err != nil {
-		return res, err
-	}
-	cpu := sampleCPU()
-	start := time.Now()
-	if err := f.Start(ctx); err != nil {
-		f.Close()
-		return res, err
-	}
-	done, err := waitDrained(ctx, 10*time.Minute, func(ctx context.Context) (int, error) {
+	res.ProjectTime, res.ProjectCPU, res.Stats, err = e.drainWith(ctx, fc, workers.FlowSummary, n, func(ctx context.Context) (int, error) {
 		var left int
 		err := e.pool.QueryRow(ctx, `SELECT $1::int - count(*) FROM ff_flow_summary`, n).Scan(&left)
 		return left, err
 	})
-	res.ProjectTime, res.ProjectCPU = done.Sub(start), cpu.per(n)
-	res.Stats = statsLine(f.Workers.Stats().For(workers.FlowSummary.Name).Snapshot(), nil)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_ = f.Stop(stopCtx)
-	cancel()
-	f.Close()
 	if err != nil {
 		return res, fmt.Errorf("projecting %d flows: %w", n, err)
 	}

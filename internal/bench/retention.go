@@ -229,24 +229,7 @@ func (e *env) retention(ctx context.Context) (RetentionResult, error) {
 	cfg := e.fleetConfig()
 	cfg.Reconcilers = map[string]time.Duration{workers.Retention.Name: time.Second}
 	cfg.Settings = workers.Values{workers.RetentionAge: retentionAge}
-	f, err := fleet.New(ctx, cfg)
-	if err != nil {
-		return res, err
-	}
-	cpu := sampleCPU()
-	start = time.Now()
-	if err := f.Start(ctx); err != nil {
-		f.Close()
-		return res, err
-	}
-	done, err := waitDrained(ctx, 10*time.Minute, e.remainingExpired)
-	res.OursTime, res.OursCPU = done.Sub(start), cpu.per(n)
-	res.OursStats = statsLine(f.Workers.Stats().For(workers.Retention.Name).Snapshot(), nil)
-	stopCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	_ = f.Stop(stopCtx)
-	cancel()
-	f.Close()
-	if err != nil {
+	if res.OursTime, res.OursCPU, res.OursStats, err = e.drainWith(ctx, cfg, workers.Retention, n, e.remainingExpired); err != nil {
 		return res, err
 	}
 	if err := e.checkKept(ctx, res.Kept); err != nil {

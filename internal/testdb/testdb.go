@@ -608,3 +608,17 @@ func (d *DB) InsertRawJob(t testing.TB, kind, queue, state, args string) int64 {
 	}
 	return id
 }
+
+// EachSchema runs test once per way of building the ff_* tables
+// (Schemas), each as a parallel subtest named for it on a database of its
+// own: the shape of every end-to-end test that shows the worker running
+// unchanged on a database FlowFabric migrated.
+func EachSchema(t *testing.T, test func(t *testing.T, db *DB)) {
+	t.Helper()
+	for _, schema := range Schemas {
+		t.Run(schema.Name, func(t *testing.T) {
+			t.Parallel()
+			test(t, schema.New(t))
+		})
+	}
+}
