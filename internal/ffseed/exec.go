@@ -28,8 +28,8 @@ type Exec struct {
 	DeadlineAtMs *int64
 	StartedAtMs  *int64
 	TerminalAtMs *int64
-	// Policy is stored as JSON (a string, []byte or json.RawMessage as it
-	// is, anything else marshalled); nil stores NULL.
+	// Policy is stored as JSON: marshalled (a string is a JSON string), a
+	// json.RawMessage as it is; nil stores NULL.
 	Policy any
 	// RawFields is stored as JSON like Policy; nil builds {"namespace":
 	// Namespace, "tags": Tags} from the two fields below (omitting empty

@@ -341,17 +341,13 @@ func Str(s string) *string { return &s }
 // HexID returns a grant id in hex, as a scan of expired grants returns it.
 func HexID(id []byte) string { return hex.EncodeToString(id) }
 
-// jsonText returns v as JSON text: a string, []byte or json.RawMessage as
-// it is, anything else marshalled; nil returns def.
+// jsonText returns v as JSON text: a json.RawMessage as it is, anything
+// else marshalled (a string is a JSON string); nil returns def.
 func jsonText(table, col string, v any, def string) (string, error) {
 	switch v := v.(type) {
 	case nil:
 		return def, nil
-	case string:
-		return v, nil
 	case json.RawMessage:
-		return string(v), nil
-	case []byte:
 		return string(v), nil
 	}
 	b, err := json.Marshal(v)

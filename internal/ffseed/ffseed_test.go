@@ -36,7 +36,7 @@ var cases = []seedCase{
 			OwnershipState: "unowned", EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending",
 			AttemptIndex: 2, CreatedAtMs: 10, DeadlineAtMs: ffseed.Ms(20), StartedAtMs: ffseed.Ms(30),
 			TerminalAtMs: ffseed.Ms(40), Policy: map[string]any{"retry_policy": map[string]any{"max_retries": 2}},
-			RawFields: `{"namespace": "x", "last_mutation_at": "5"}`}
+			RawFields: json.RawMessage(`{"namespace": "x", "last_mutation_at": "5"}`)}
 	}},
 	{"Attempt", func(p int16, full bool) ffseed.Row {
 		if !full {
@@ -50,7 +50,7 @@ var cases = []seedCase{
 			return ffseed.Suspension{Partition: p, ExecutionID: execID, SuspensionID: otherID}
 		}
 		return ffseed.Suspension{Partition: p, ExecutionID: execID, SuspensionID: otherID, SuspendedAtMs: 4,
-			TimeoutAtMs: ffseed.Ms(9), ReasonCode: "waiting_for_signal", Condition: `{"kind": "signal"}`,
+			TimeoutAtMs: ffseed.Ms(9), ReasonCode: "waiting_for_signal", Condition: json.RawMessage(`{"kind": "signal"}`),
 			MemberMap: map[string]any{"a": []string{"b"}}, Behavior: ffseed.Str("cancel")}
 	}},
 	{"Waitpoint", func(p int16, full bool) ffseed.Row {
@@ -115,7 +115,7 @@ var cases = []seedCase{
 		if !full {
 			return ffseed.BudgetDedup{Partition: p, Key: "k", ExpiresAtMs: 5000}
 		}
-		return ffseed.BudgetDedup{Partition: p, Key: "k", Outcome: `{"outcome": "rejected"}`, AppliedAtMs: 2, ExpiresAtMs: 3}
+		return ffseed.BudgetDedup{Partition: p, Key: "k", Outcome: json.RawMessage(`{"outcome": "rejected"}`), AppliedAtMs: 2, ExpiresAtMs: 3}
 	}},
 	{"WorkerRegistration", func(p int16, full bool) ffseed.Row {
 		if !full {
@@ -210,7 +210,7 @@ var cases = []seedCase{
 	{"StreamSummary", func(p int16, full bool) ffseed.Row {
 		s := ffseed.StreamSummary{Partition: p, ExecutionID: execID}
 		if full {
-			s.AttemptIndex, s.Document, s.LastUpdatedMs, s.FirstAppliedMs = 1, `{"x": [1, 2]}`, 2, 3
+			s.AttemptIndex, s.Document, s.LastUpdatedMs, s.FirstAppliedMs = 1, json.RawMessage(`{"x": [1, 2]}`), 2, 3
 		}
 		return s
 	}},
