@@ -101,10 +101,12 @@ func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
 		if err := e.reset(ctx); err != nil {
 			return err
 		}
+		start := time.Now()
 		edges, err := seedDependency(ctx, e, n, notDue)
 		if err != nil {
 			return err
 		}
+		e.seeded("dependency", start)
 		res.Edges = edges
 		return e.settle(ctx, false)
 	}

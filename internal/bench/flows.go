@@ -34,6 +34,7 @@ type FlowsResult struct {
 // layout (ff_flow_core), each with three members that ended an hour ago:
 // two completed, one failed on every tenth flow.
 func (e *env) seedFinishedFlows(ctx context.Context, n int) error {
+	start := time.Now()
 	ended := time.Now().Add(-time.Hour).UnixMilli()
 	stmts := []string{
 		`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
@@ -51,6 +52,7 @@ func (e *env) seedFinishedFlows(ctx context.Context, n int) error {
 			return fmt.Errorf("seed finished flows: %w", err)
 		}
 	}
+	e.seeded("flows", start)
 	return e.settle(ctx, true)
 }
 

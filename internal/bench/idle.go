@@ -77,12 +77,14 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		return res, err
 	}
 	// Not-due rows in every table the reconcilers scan.
+	start := time.Now()
 	if err := leaseScenario.seed(ctx, e, 0, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
 	if err := seedIdleTimers(ctx, e, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
+	e.seeded("idle", start)
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}

@@ -50,6 +50,7 @@ const retentionAge = time.Hour
 // lease events, as a finished execution has), and n/10 that ended a minute
 // ago and n/10 still running, which must stay.
 func (e *env) seedRetention(ctx context.Context, n int) (siblings int, err error) {
+	start := time.Now()
 	now := store.NowMs()
 	old, recent := now-2*retentionAge.Milliseconds(), now-time.Minute.Milliseconds()
 	stmts := []string{
@@ -89,6 +90,7 @@ func (e *env) seedRetention(ctx context.Context, n int) (siblings int, err error
 			return 0, fmt.Errorf("seed retention backlog: %w", err)
 		}
 	}
+	e.seeded("retention", start)
 	return 4 * n, e.settle(ctx, true)
 }
 
