@@ -8,6 +8,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -194,6 +195,13 @@ func withCommit(c fleet.Config, commit string) fleet.Config {
 	}
 	return c
 }
+
+// benchRaw is the raw_fields of the bench's executions and flows.
+var benchRaw = json.RawMessage(`{"namespace": "bench"}`)
+
+// benchTenantRaw is the raw_fields of the bench's executions of a tenant:
+// namespace bench, instance tag bench-1.
+var benchTenantRaw = json.RawMessage(`{"namespace": "bench", "tags": {"cairn.instance_id": "bench-1"}}`)
 
 // seeded prints how long a section's seed rows took to write (their
 // statements alone, before any VACUUM), to millisecond precision, so that

@@ -161,6 +161,28 @@ func InsertMany[R Row](ctx context.Context, db DB, rows []R) error {
 	return nil
 }
 
+// SeriesChunk is how many rows InsertSeries writes per statement: enough
+// that a round trip is nothing beside the rows, few enough that the rows of
+// one chunk stay small in memory.
+const SeriesChunk = 50_000
+
+// InsertSeries inserts n rows, row(0) to row(n-1), all of one type, with
+// InsertMany over SeriesChunk rows at a time: a benchmark's million rows
+// without holding them all at once.
+func InsertSeries[R Row](ctx context.Context, db DB, n int, row func(i int) R) error {
+	rows := make([]R, 0, min(n, SeriesChunk))
+	for i := range n {
+		rows = append(rows, row(i))
+		if len(rows) == SeriesChunk || i == n-1 {
+			if err := InsertMany(ctx, db, rows); err != nil {
+				return err
+			}
+			rows = rows[:0]
+		}
+	}
+	return nil
+}
+
 // insertSQL returns the one-row INSERT of r and its arguments.
 func insertSQL(r Row) (string, []any, error) {
 	cols, err := r.columns()
@@ -316,7 +338,14 @@ func NewUUID() string {
 func MD5UUID(s string) string { return formatUUID(md5.Sum([]byte(s))) }
 
 func formatUUID(b [16]byte) string {
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	hex.Encode(s[9:13], b[4:6])
+	hex.Encode(s[14:18], b[6:8])
+	hex.Encode(s[19:23], b[8:10])
+	hex.Encode(s[24:], b[10:16])
+	s[8], s[13], s[18], s[23] = '-', '-', '-', '-'
+	return string(s[:])
 }
 
 // MD5 returns decode(md5(s), 'hex'): 16 bytes, for a grant id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -339,6 +340,21 @@ func TestDefaults(t *testing.T) {
 	id, err := ffseed.InsertCompletion(ctx, db.Pool, ffseed.CompletionEvent{Partition: 3, ExecutionID: e.ID})
 	if err != nil || id == 0 {
 		t.Fatalf("InsertCompletion: %d, %v", id, err)
+	}
+	var md5 string
+	if err := db.Pool.QueryRow(ctx, `SELECT md5('ret1')::uuid::text`).Scan(&md5); err != nil || md5 != ffseed.MD5UUID("ret1") {
+		t.Errorf("MD5UUID(ret1) = %s, Postgres says %s (%v)", ffseed.MD5UUID("ret1"), md5, err)
+	}
+	n := 0
+	if err := ffseed.InsertSeries(ctx, db.Pool, ffseed.SeriesChunk+3, func(i int) ffseed.FlowCore {
+		n++
+		return ffseed.FlowCore{Partition: int16(i % 256), FlowID: ffseed.MD5UUID("flow" + fmt.Sprint(i))}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(DISTINCT flow_id) FROM ff_flow_core`).Scan(&rows); err != nil || rows != ffseed.SeriesChunk+3 || n != rows {
+		t.Errorf("InsertSeries wrote %d rows of %d made (%v), want %d", rows, n, err, ffseed.SeriesChunk+3)
 	}
 	g := ffseed.ClaimGrant{Partition: 3, ExecutionID: e.ID, ExpiresAtMs: 5000}.Defaults()
 	if len(g.ID) != 32 || g.IssuedAtMs != 4000 || g.WorkerInstanceID != "w1-i1" {
