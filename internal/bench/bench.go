@@ -8,6 +8,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -199,6 +200,20 @@ func withCommit(c fleet.Config, commit string) fleet.Config {
 		c.SynchronousCommit = commit
 	}
 	return c
+}
+
+// benchRaw is the raw_fields of the bench's executions and flows.
+var benchRaw = json.RawMessage(`{"namespace": "bench"}`)
+
+// benchTenantRaw is the raw_fields of the bench's executions of a tenant:
+// namespace bench, instance tag bench-1.
+var benchTenantRaw = json.RawMessage(`{"namespace": "bench", "tags": {"cairn.instance_id": "bench-1"}}`)
+
+// seeded prints how long a section's seed rows took to write (their
+// statements alone, before any VACUUM), to millisecond precision, so that
+// seeding changes can be timed from the progress lines.
+func (e *env) seeded(section string, start time.Time) {
+	e.progress("%s: seed rows written in %s", section, time.Since(start).Round(time.Millisecond))
 }
 
 func (e *env) progress(format string, a ...any) {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -45,45 +46,42 @@ type DependencyResult struct {
 // its own flow blocked on an all_of group of that one upstream, over every
 // partition; and notDue events already dispatched.
 func seedDependency(ctx context.Context, e *env, n, notDue int) (edges int, err error) {
-	err = e.pool.QueryRow(ctx, `
-		WITH ev AS (
-		    SELECT g, (g % 256)::smallint AS p, gen_random_uuid() AS flow, gen_random_uuid() AS up, 1 + g % 3 AS k
-		      FROM generate_series(1, $1) AS g
-		), downs AS (
-		    SELECT ev.p, ev.flow, ev.up, gen_random_uuid() AS down FROM ev, generate_series(1, ev.k) AS j
-		), ux AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-		    SELECT p, up, flow, 'bench', 'terminal', 'unowned', 'not_applicable', 'completed', 'attempt_terminal', 1,
-		           '{"namespace": "bench"}'::jsonb FROM ev
-		), dx AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-		    SELECT p, down, flow, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1,
-		           '{"namespace": "bench"}'::jsonb FROM downs
-		), ed AS (
-		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-		    SELECT p, flow, gen_random_uuid(), up, down, '{"kind": "all_of"}' FROM downs
-		), gr AS (
-		    INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
-		    SELECT p, flow, down, '{"kind": "all_of"}', 1 FROM downs
-		), ce AS (
-		    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms)
-		    SELECT p, up, flow, 'success', 1, $2 FROM ev
-		)
-		SELECT count(*) FROM downs`, n, store.NowMs()-time.Hour.Milliseconds()).Scan(&edges)
+	committed := store.NowMs() - time.Hour.Milliseconds()
+	var ups, downs []ffseed.Exec
+	var edgeRows []ffseed.Edge
+	var groups []ffseed.EdgeGroup
+	var events []ffseed.CompletionEvent
+	for g := 1; g <= n; g++ {
+		p, flow := int16(g%256), ffseed.NewUUID()
+		up := ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "bench", LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: "completed",
+			AttemptState: "attempt_terminal", RawFields: benchRaw}
+		ups = append(ups, up)
+		for range 1 + g%3 {
+			down := ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "bench", LifecyclePhase: "blocked",
+				OwnershipState: "unowned", EligibilityState: "blocked_by_dependencies", PublicState: "waiting",
+				AttemptState: "pending", RawFields: benchRaw}
+			downs = append(downs, down)
+			edgeRows = append(edgeRows, ffseed.Edge{Partition: p, FlowID: flow, UpstreamEID: up.ID, DownstreamEID: down.ID,
+				Policy: ffseed.AllOf})
+			groups = append(groups, ffseed.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down.ID, Policy: ffseed.AllOf,
+				Running: 1})
+		}
+		events = append(events, ffseed.CompletionEvent{Partition: p, ExecutionID: up.ID, FlowID: flow, Outcome: "success",
+			OccurredAtMs: 1, CommittedAtMs: committed})
+	}
+	err = errors.Join(ffseed.InsertMany(ctx, e.pool, ups), ffseed.InsertMany(ctx, e.pool, downs),
+		ffseed.InsertMany(ctx, e.pool, edgeRows), ffseed.InsertMany(ctx, e.pool, groups), ffseed.InsertMany(ctx, e.pool, events))
 	if err != nil {
 		return 0, fmt.Errorf("seed completion events: %w", err)
 	}
-	if notDue > 0 {
-		if _, err := e.pool.Exec(ctx, `
-			INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms, dispatched_at_ms)
-			SELECT (g % 256)::smallint, gen_random_uuid(), gen_random_uuid(), 'success', 1, $2, $2 FROM generate_series(1, $1) AS g`,
-			notDue, store.NowMs()-time.Hour.Milliseconds()); err != nil {
-			return 0, fmt.Errorf("seed dispatched events: %w", err)
-		}
+	if err := ffseed.InsertSeries(ctx, e.pool, notDue, func(i int) ffseed.CompletionEvent {
+		return ffseed.CompletionEvent{Partition: int16((i + 1) % 256), ExecutionID: ffseed.NewUUID(), FlowID: ffseed.NewUUID(),
+			Outcome: "success", OccurredAtMs: 1, CommittedAtMs: committed, DispatchedAtMs: &committed}
+	}); err != nil {
+		return 0, fmt.Errorf("seed dispatched events: %w", err)
 	}
-	return edges, nil
+	return len(downs), nil
 }
 
 func undispatched(ctx context.Context, db store.DB) (int, error) {
@@ -101,10 +99,12 @@ func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
 		if err := e.reset(ctx); err != nil {
 			return err
 		}
+		start := time.Now()
 		edges, err := seedDependency(ctx, e, n, notDue)
 		if err != nil {
 			return err
 		}
+		e.seeded("dependency", start)
 		res.Edges = edges
 		return e.settle(ctx, false)
 	}

@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -33,23 +36,29 @@ type FlowsResult struct {
 // layout (ff_flow_core), each with three members that ended an hour ago:
 // two completed, one failed on every tenth flow.
 func (e *env) seedFinishedFlows(ctx context.Context, n int) error {
+	start := time.Now()
 	ended := time.Now().Add(-time.Hour).UnixMilli()
-	stmts := []string{
-		`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('flow' || g)::uuid, 'open', $2::bigint - 60000, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		        eligibility_state, public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('member' || g || '-' || m)::uuid, md5('flow' || g)::uuid, 'default', 'terminal',
-		        'unowned', 'not_applicable', CASE WHEN m = 3 AND g % 10 = 0 THEN 'failed' ELSE 'completed' END,
-		        'attempt_terminal', $2::bigint - 60000, $2::bigint + m, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1) AS g, generate_series(1, 3) AS m`,
+	err := errors.Join(
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.FlowCore {
+			return ffseed.FlowCore{Partition: int16((i + 1) % 256), FlowID: ffseed.MD5UUID("flow" + strconv.Itoa(i+1)),
+				CreatedAtMs: ended - 60_000, RawFields: benchRaw}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, 3*n, func(i int) ffseed.Exec {
+			g, m := i/3+1, i%3+1
+			public := "completed"
+			if m == 3 && g%10 == 0 {
+				public = "failed"
+			}
+			return ffseed.Exec{Partition: int16(g % 256), ID: ffseed.MD5UUID("member" + strconv.Itoa(g) + "-" + strconv.Itoa(m)),
+				FlowID: ffseed.MD5UUID("flow" + strconv.Itoa(g)), LifecyclePhase: "terminal", OwnershipState: "unowned",
+				EligibilityState: "not_applicable", PublicState: public, AttemptState: "attempt_terminal",
+				CreatedAtMs: ended - 60_000, TerminalAtMs: ffseed.Ms(ended + int64(m)), RawFields: benchRaw}
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("seed finished flows: %w", err)
 	}
-	for _, s := range stmts {
-		if _, err := e.pool.Exec(ctx, s, n, ended); err != nil {
-			return fmt.Errorf("seed finished flows: %w", err)
-		}
-	}
+	e.seeded("flows", start)
 	return e.settle(ctx, true)
 }
 

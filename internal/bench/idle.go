@@ -2,8 +2,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -77,12 +81,14 @@ func (e *env) idle(ctx context.Context) (IdleResult, error) {
 		return res, err
 	}
 	// Not-due rows in every table the reconcilers scan.
+	start := time.Now()
 	if err := leaseScenario.seed(ctx, e, 0, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
 	if err := seedIdleTimers(ctx, e, e.cfg.ScaleSmall); err != nil {
 		return res, err
 	}
+	e.seeded("idle", start)
 	if err := e.settle(ctx, false); err != nil {
 		return res, err
 	}
@@ -241,34 +247,29 @@ func (e *env) backendCPU(ctx context.Context, apps []string) (map[int]float64, e
 // lease: n waitpoints expiring in an hour (of suspended executions), a
 // thousand budgets resetting in an hour, and 512 live worker registrations.
 func seedIdleTimers(ctx context.Context, e *env, n int) error {
-	_, err := e.pool.Exec(ctx, `
-		WITH ex AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms)
-		    SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', 'suspended', 'unowned', 'not_applicable',
-		           'suspended', 'attempt_interrupted', 1
-		      FROM generate_series(1, $1) AS g
-		    RETURNING partition_key, execution_id
-		)
-		INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms, expires_at_ms)
-		SELECT partition_key, gen_random_uuid(), execution_id, 'kid', 'token', 1, $2::bigint FROM ex`,
-		n, time.Now().UnixMilli()+3_600_000)
-	if err != nil {
+	hence := time.Now().UnixMilli() + 3_600_000
+	execs := make([]ffseed.Exec, n)
+	waitpoints := make([]ffseed.Waitpoint, n)
+	for i := range n {
+		p := int16((i + 1) % 256)
+		execs[i] = ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), LaneID: "bench", LifecyclePhase: "suspended",
+			OwnershipState: "unowned", PublicState: "suspended", AttemptState: "attempt_interrupted"}
+		waitpoints[i] = ffseed.Waitpoint{Partition: p, ExecutionID: execs[i].ID, TokenKid: "kid", ExpiresAtMs: &hence}
+	}
+	if err := errors.Join(ffseed.InsertMany(ctx, e.pool, execs), ffseed.InsertMany(ctx, e.pool, waitpoints)); err != nil {
 		return fmt.Errorf("seed idle waitpoints: %w", err)
 	}
-	_, err = e.pool.Exec(ctx, `
-		INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms, next_reset_at_ms)
-		SELECT (g % 32)::smallint, 'bench-' || g, '{"reset_interval_ms": 3600000}'::jsonb, 1, 1, $1::bigint
-		  FROM generate_series(1, 1000) AS g`, time.Now().UnixMilli()+3_600_000)
-	if err != nil {
+	if err := ffseed.InsertSeries(ctx, e.pool, 1000, func(i int) ffseed.Budget {
+		return ffseed.Budget{Partition: int16((i + 1) % 32), ID: "bench-" + strconv.Itoa(i+1),
+			Policy: json.RawMessage(`{"reset_interval_ms": 3600000}`), NextResetAtMs: &hence}
+	}); err != nil {
 		return fmt.Errorf("seed idle budgets: %w", err)
 	}
-	_, err = e.pool.Exec(ctx, `
-		INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
-		       last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
-		SELECT (g % 256)::smallint, 'bench', 'bench-' || g, 'bench', '{default}', '', $1::bigint, 3600000, 1
-		  FROM generate_series(1, 512) AS g`, time.Now().UnixMilli())
-	if err != nil {
+	now := time.Now().UnixMilli()
+	if err := ffseed.InsertSeries(ctx, e.pool, 512, func(i int) ffseed.WorkerRegistration {
+		return ffseed.WorkerRegistration{Partition: int16((i + 1) % 256), Namespace: "bench", InstanceID: "bench-" + strconv.Itoa(i+1),
+			WorkerID: "bench", LastHeartbeatMs: now, TTLMs: 3_600_000}
+	}); err != nil {
 		return fmt.Errorf("seed idle workers: %w", err)
 	}
 	// The background duties' rows, none due for an hour: claim grants of

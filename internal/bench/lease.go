@@ -2,10 +2,13 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -24,19 +27,14 @@ var leaseScenario = scenario{
 			if batch.n == 0 {
 				continue
 			}
-			_, err := e.pool.Exec(ctx, `
-				WITH ex AS (
-				    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-				           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-				    SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', 'active', 'leased', 'not_applicable',
-				           'running', 'running_attempt', 1,
-				           jsonb_build_object('namespace', 'bench', 'tags', jsonb_build_object('cairn.instance_id', 'bench-1'))
-				      FROM generate_series(1, $1) AS g
-				    RETURNING partition_key, execution_id
-				)
-				INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, lease_epoch, lease_expires_at_ms)
-				SELECT partition_key, execution_id, 0, 'bench-worker', 1, $2::bigint - (random() * 1000)::bigint FROM ex`,
-				batch.n, batch.exp)
+			execs := make([]ffseed.Exec, batch.n)
+			attempts := make([]ffseed.Attempt, batch.n)
+			for i := range batch.n {
+				execs[i] = ffseed.Exec{Partition: int16((i + 1) % 256), ID: ffseed.NewUUID(), LaneID: "bench", RawFields: benchTenantRaw}
+				attempts[i] = ffseed.Attempt{Partition: execs[i].Partition, ExecutionID: execs[i].ID, WorkerID: "bench-worker",
+					LeaseEpoch: 1, LeaseExpiresAtMs: ffseed.Ms(batch.exp - rand.Int64N(1001))}
+			}
+			err := errors.Join(ffseed.InsertMany(ctx, e.pool, execs), ffseed.InsertMany(ctx, e.pool, attempts))
 			if err != nil {
 				return err
 			}

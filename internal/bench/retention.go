@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
@@ -50,45 +53,40 @@ const retentionAge = time.Hour
 // lease events, as a finished execution has), and n/10 that ended a minute
 // ago and n/10 still running, which must stay.
 func (e *env) seedRetention(ctx context.Context, n int) (siblings int, err error) {
+	start := time.Now()
 	now := store.NowMs()
 	old, recent := now-2*retentionAge.Milliseconds(), now-time.Minute.Milliseconds()
-	stmts := []string{
-		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
-		        public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 'default', 'terminal', 'unowned', 'not_applicable',
-		        'completed', 'attempt_terminal', $2::bigint - 60000, $2::bigint + g % 1000, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, terminal_at_ms, outcome)
-		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 0, $2::bigint, 'success' FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, committed_at_ms, dispatched_at_ms)
-		 SELECT (g % 256)::smallint, md5('ret' || g)::uuid, 'success', $2::bigint, $2::bigint, $2::bigint + 5 FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key, namespace)
-		 SELECT md5('ret' || g)::uuid::text, t, $2::bigint - 1000, g % 256, 'bench'
-		   FROM generate_series(1, $1) AS g, unnest(ARRAY['acquired', 'revoked']) AS t`,
+	ended := func(i int, prefix string, createdMs, terminalMs int64) ffseed.Exec {
+		return ffseed.Exec{Partition: int16(i % 256), ID: ffseed.MD5UUID(prefix + strconv.Itoa(i)), LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: "completed",
+			AttemptState: "attempt_terminal", CreatedAtMs: createdMs, TerminalAtMs: ffseed.Ms(terminalMs), RawFields: benchRaw}
+	}
+	err = errors.Join(
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Exec { return ended(i+1, "ret", old-60_000, old+int64((i+1)%1000)) }),
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Attempt {
+			return ffseed.Attempt{Partition: int16((i + 1) % 256), ExecutionID: ffseed.MD5UUID("ret" + strconv.Itoa(i+1)),
+				TerminalAtMs: ffseed.Ms(old), Outcome: "success"}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.CompletionEvent {
+			return ffseed.CompletionEvent{Partition: int16((i + 1) % 256), ExecutionID: ffseed.MD5UUID("ret" + strconv.Itoa(i+1)),
+				Outcome: "success", OccurredAtMs: old, CommittedAtMs: old, DispatchedAtMs: ffseed.Ms(old + 5)}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, 2*n, func(i int) ffseed.LeaseEvent {
+			g := i/2 + 1
+			return ffseed.LeaseEvent{ExecutionID: ffseed.MD5UUID("ret" + strconv.Itoa(g)), EventType: [2]string{"acquired", "revoked"}[i%2],
+				OccurredAtMs: old - 1000, Partition: int32(g % 256), Namespace: "bench"}
+		}),
 		// What must stay: recently ended, and live.
-		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
-		        public_state, attempt_state, created_at_ms, terminal_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('keep' || g)::uuid, 'default', 'terminal', 'unowned', 'not_applicable',
-		        'completed', 'attempt_terminal', $2::bigint, $3::bigint, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1 / 10) AS g`,
-		`INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
-		        public_state, attempt_state, created_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('live' || g)::uuid, 'default', 'active', 'leased', 'not_applicable',
-		        'running', 'running_attempt', $2::bigint, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1 / 10) AS g`,
+		ffseed.InsertSeries(ctx, e.pool, n/10, func(i int) ffseed.Exec { return ended(i+1, "keep", old, recent) }),
+		ffseed.InsertSeries(ctx, e.pool, n/10, func(i int) ffseed.Exec {
+			return ffseed.Exec{Partition: int16((i + 1) % 256), ID: ffseed.MD5UUID("live" + strconv.Itoa(i+1)),
+				CreatedAtMs: recent, RawFields: benchRaw}
+		}),
+	)
+	if err != nil {
+		return 0, fmt.Errorf("seed retention backlog: %w", err)
 	}
-	for i, s := range stmts {
-		args := []any{n, old}
-		if i == 4 {
-			args = append(args, recent)
-		}
-		if i == 5 {
-			args = []any{n, recent}
-		}
-		if _, err := e.pool.Exec(ctx, s, args...); err != nil {
-			return 0, fmt.Errorf("seed retention backlog: %w", err)
-		}
-	}
+	e.seeded("retention", start)
 	return 4 * n, e.settle(ctx, true)
 }
 

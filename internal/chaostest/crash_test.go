@@ -2,7 +2,9 @@ package chaostest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -19,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/dbconn"
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/migrations"
 )
@@ -286,17 +289,18 @@ func (r *crashRun) feed(t *testing.T, c *cluster) {
 		defer pool.Close()
 		stop := time.Now().Add(6 * time.Second)
 		for time.Now().Before(stop) {
-			_, err := pool.Exec(ctx, `
-				WITH ex AS (
-				    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-				           eligibility_state, public_state, attempt_state, created_at_ms)
-				    SELECT (random() * 255)::smallint, gen_random_uuid(), 'crash', 'active', 'leased', 'not_applicable',
-				           'running', 'running_attempt', 1
-				      FROM generate_series(1, 20)
-				    RETURNING partition_key, execution_id
-				)
-				INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
-				SELECT partition_key, execution_id, 0, 1, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 500 FROM ex`)
+			// 20 leased executions whose leases expire in half a second.
+			expires := time.Now().UnixMilli() + 500
+			execs := make([]ffseed.Exec, 20)
+			attempts := make([]ffseed.Attempt, 20)
+			for i := range execs {
+				execs[i] = ffseed.Exec{Partition: int16(rand.IntN(256)), ID: ffseed.NewUUID(), LaneID: "crash"}
+				attempts[i] = ffseed.Attempt{Partition: execs[i].Partition, ExecutionID: execs[i].ID, LeaseEpoch: 1,
+					LeaseExpiresAtMs: &expires}
+			}
+			err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return errors.Join(ffseed.InsertMany(ctx, tx, execs), ffseed.InsertMany(ctx, tx, attempts))
+			})
 			if err != nil {
 				r.failed.Add(1)
 			}

@@ -2,10 +2,12 @@ package chaostest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/fleettest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -32,31 +34,30 @@ func TestDependencyKilledMidCascadeLosesNoHop(t *testing.T) {
 	fftest.InsertGroup(t, pool, fftest.Group{Partition: p, FlowID: flow, DownstreamEID: hot,
 		Policy: fmt.Sprintf(`{"kind":"quorum","k":%d,"on_satisfied":"let_run"}`, n), Running: n})
 	// Upstreams, edges, own downstreams and events in bulk.
-	if _, err := pool.Exec(ctx, `
-		WITH ev AS (
-		    SELECT gen_random_uuid() AS up FROM generate_series(1, $1)
-		), downs AS (
-		    SELECT ev.up, gen_random_uuid() AS down FROM ev, generate_series(1, 3)
-		), ux AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms)
-		    SELECT $2, up, $3, 'chaos', 'terminal', 'unowned', 'not_applicable', 'completed', 'attempt_terminal', 1 FROM ev
-		), dx AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms)
-		    SELECT $2, down, $3, 'chaos', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1 FROM downs
-		), hot AS (
-		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-		    SELECT $2, $3, gen_random_uuid(), up, $4, '{"kind":"quorum"}' FROM ev
-		), own AS (
-		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-		    SELECT $2, $3, gen_random_uuid(), up, down, '{"kind":"all_of"}' FROM downs
-		), gr AS (
-		    INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
-		    SELECT $2, $3, down, '{"kind":"all_of"}', 1 FROM downs
-		)
-		INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms)
-		SELECT $2, up, $3, 'success', 1, 1 FROM ev`, n, p, flow, hot); err != nil {
+	var execs []ffseed.Exec
+	var edges []ffseed.Edge
+	var groups []ffseed.EdgeGroup
+	var events []ffseed.CompletionEvent
+	for range n {
+		up := ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "chaos", LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: "completed", AttemptState: "attempt_terminal"}
+		execs = append(execs, up)
+		edges = append(edges, ffseed.Edge{Partition: p, FlowID: flow, UpstreamEID: up.ID, DownstreamEID: hot, Policy: `{"kind":"quorum"}`})
+		for range 3 {
+			down := ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "chaos", LifecyclePhase: "blocked",
+				OwnershipState: "unowned", EligibilityState: "blocked_by_dependencies", PublicState: "waiting", AttemptState: "pending"}
+			execs = append(execs, down)
+			edges = append(edges, ffseed.Edge{Partition: p, FlowID: flow, UpstreamEID: up.ID, DownstreamEID: down.ID, Policy: ffseed.AllOf})
+			groups = append(groups, ffseed.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: down.ID, Policy: ffseed.AllOf, Running: 1})
+		}
+		events = append(events, ffseed.CompletionEvent{Partition: p, ExecutionID: up.ID, FlowID: flow, OccurredAtMs: 1, CommittedAtMs: 1})
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(ffseed.InsertMany(ctx, tx, execs), ffseed.InsertMany(ctx, tx, edges),
+		ffseed.InsertMany(ctx, tx, groups), ffseed.InsertMany(ctx, tx, events), tx.Commit(ctx)); err != nil {
 		t.Fatal(err)
 	}
 

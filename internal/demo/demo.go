@@ -7,12 +7,12 @@
 // registrations going stale and cancel backlogs past their grace, spread
 // over all partitions.
 //
-// The SQL lives here rather than in package store on purpose. store holds
-// the statements the reconcilers run against a production FlowFabric
-// database; these statements play FlowFabric itself, writing rows the way
-// its engine would. They are fixtures, never run by the fleet, and keeping
-// them out of store keeps store's contract (every statement is one a
-// reconciler needs) true.
+// The rows are written with package ffseed rather than by package store on
+// purpose. store holds the statements the reconcilers run against a
+// production FlowFabric database; these rows play FlowFabric itself, written
+// the way its engine would. They are fixtures, never written by the fleet,
+// and keeping them out of store keeps store's contract (every statement is
+// one a reconciler needs) true.
 package demo
 
 import (
@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 )
 
 // Tenant of every demo row: a fleet run with --namespace demo or
@@ -276,7 +278,9 @@ func (f *Feeder) Insert(ctx context.Context, n int, now time.Time) (Counts, erro
 	nowMs := now.UnixMilli()
 	for range n {
 		k := f.deal()
-		f.add(b, k, nowMs, &c)
+		if err := f.add(b, k, nowMs, &c); err != nil {
+			return Counts{}, fmt.Errorf("demo: %w", err)
+		}
 		c.Items[k]++
 	}
 	tx, err := f.db.Begin(ctx)
@@ -322,10 +326,11 @@ func (f *Feeder) uuid() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// add queues the statements of one item.
-func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
+// add queues the rows of one item.
+func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) error {
 	p := f.partition()
 	due := func(ms int64) int64 { c.LastDueMs = max(c.LastDueMs, ms); return ms }
+	var rows []ffseed.Row
 	switch k {
 	case LeaseExpired, LeaseExpiring:
 		expires := f.between(nowMs, -3000, 0)
@@ -333,17 +338,16 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			expires = f.between(nowMs, 1000, 5000)
 		}
 		id := f.uuid()
-		policy := ""
+		var policy any
 		if k == LeaseExpiring {
-			policy = `{"retry_policy": {"max_retries": 2}}`
+			policy = json.RawMessage(`{"retry_policy": {"max_retries": 2}}`)
 		}
-		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
-			public: "running", attempt: "running_attempt", startedMs: nowMs - 30_000, nowMs: nowMs, policy: policy})
-		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-		        lease_epoch, lease_expires_at_ms, started_at_ms)
-		 VALUES ($1, $2, 0, $3, $4, 1, $5, $6)`,
-			p, id, fmt.Sprintf("demo-worker-%d", f.rng.IntN(8)), "demo-worker-i1", due(expires), nowMs-30_000)
-		c.Rows += 2
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: id, LifecyclePhase: "active", OwnershipState: "leased",
+			EligibilityState: "not_applicable", PublicState: "running", AttemptState: "running_attempt",
+			StartedAtMs: ffseed.Ms(nowMs - 30_000), Policy: policy}, nowMs),
+			ffseed.Attempt{Partition: p, ExecutionID: id, WorkerID: fmt.Sprintf("demo-worker-%d", f.rng.IntN(8)),
+				WorkerInstanceID: "demo-worker-i1", LeaseEpoch: 1, LeaseExpiresAtMs: ffseed.Ms(due(expires)),
+				StartedAtMs: ffseed.Ms(nowMs - 30_000)})
 	case Suspension:
 		behavior := Behaviors[f.behavior]
 		f.behavior = (f.behavior + 1) % len(Behaviors)
@@ -351,81 +355,66 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			behavior = "fail"
 		}
 		c.Behaviors[behavior]++
-		var bh any
+		var bh *string
 		if behavior != "" {
-			bh = behavior
+			bh = &behavior
 		}
 		id := f.uuid()
-		f.exec(b, execRow{p: p, id: id, phase: "suspended", ownership: "unowned", eligibility: "not_applicable",
-			public: "suspended", attempt: "attempt_interrupted", startedMs: nowMs - 60_000, nowMs: nowMs})
-		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
-		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
-		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, $6)`,
-			p, id, f.uuid(), nowMs-60_000, due(f.between(nowMs, -2000, 4000)), bh)
-		c.Rows += 2
+		// Drawn in the order the rows are written, so that a seed deals
+		// the same rows.
+		e := f.exec(suspended(p, id, nowMs), nowMs)
+		sid := f.uuid()
+		rows = append(rows, e, suspension(p, id, sid, due(f.between(nowMs, -2000, 4000)), bh, nowMs))
 	case Delayed:
-		f.exec(b, execRow{p: p, id: f.uuid(), phase: "runnable", ownership: "unowned", eligibility: "not_eligible_until_time",
-			public: "delayed", attempt: "pending_retry_attempt", deadlineMs: due(f.between(nowMs, -2000, 4000)), nowMs: nowMs})
-		c.Rows++
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: f.uuid(), LifecyclePhase: "runnable", OwnershipState: "unowned",
+			EligibilityState: "not_eligible_until_time", PublicState: "delayed", AttemptState: "pending_retry_attempt",
+			DeadlineAtMs: ffseed.Ms(due(f.between(nowMs, -2000, 4000)))}, nowMs))
 	case CancelGroup:
 		// An any_of(1) group whose first upstream just succeeded: the
 		// winner is terminal, the other upstreams are still live, and
 		// FlowFabric has raised the flag listing them for cancellation.
 		flow, downstream := f.uuid(), f.uuid()
-		f.exec(b, execRow{p: p, id: f.uuid(), flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
-			public: "completed", attempt: "attempt_terminal", terminalMs: nowMs - 100, nowMs: nowMs})
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: f.uuid(), FlowID: flow, LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: "completed",
+			AttemptState: "attempt_terminal", TerminalAtMs: ffseed.Ms(nowMs - 100)}, nowMs))
 		siblings := make([]string, 2+f.rng.IntN(2))
 		for i := range siblings {
 			siblings[i] = f.uuid()
-			f.exec(b, execRow{p: p, id: siblings[i], flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
-				public: "waiting", attempt: "pending", nowMs: nowMs})
+			rows = append(rows, f.exec(waiting(p, siblings[i], flow), nowMs))
 		}
-		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
-			public: "waiting", attempt: "pending", nowMs: nowMs})
-		f.edgeGroup(b, p, flow, downstream, true, siblings, len(siblings))
-		f.pending(b, p, flow, downstream, due(nowMs))
-		c.Rows += 1 + len(siblings) + 1 + 2
+		rows = append(rows, f.exec(waiting(p, downstream, flow), nowMs),
+			cancelGroup(p, flow, downstream, true, siblings),
+			ffseed.PendingCancel{Partition: p, FlowID: flow, DownstreamEID: downstream, EnqueuedAtMs: due(nowMs)})
 		c.Siblings += len(siblings)
-	case OrphanPending:
-		// A pending row left behind after its edge group was removed. The
-		// downstream execution exists (cancelled with its flow), so a
-		// tenant filter can place the row.
+	case OrphanPending, StalePending:
+		// OrphanPending: a pending row left behind after its edge group was
+		// removed. The downstream execution exists (cancelled with its
+		// flow), so a tenant filter can place the row. StalePending: a flow
+		// cancel wrote the pending row without raising the flag.
 		flow, downstream := f.uuid(), f.uuid()
-		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
-			public: "cancelled", attempt: "cancelled", terminalMs: nowMs - 1000, nowMs: nowMs})
-		f.pending(b, p, flow, downstream, due(nowMs))
-		c.Rows += 2
-	case StalePending:
-		// A flow cancel wrote the pending row without raising the flag.
-		flow, downstream := f.uuid(), f.uuid()
-		f.exec(b, execRow{p: p, id: downstream, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
-			public: "cancelled", attempt: "cancelled", terminalMs: nowMs - 1000, nowMs: nowMs})
-		f.edgeGroup(b, p, flow, downstream, false, nil, 0)
-		f.pending(b, p, flow, downstream, due(nowMs))
-		c.Rows += 3
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: downstream, FlowID: flow, LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: "cancelled", AttemptState: "cancelled",
+			TerminalAtMs: ffseed.Ms(nowMs - 1000)}, nowMs))
+		if k == StalePending {
+			rows = append(rows, cancelGroup(p, flow, downstream, false, nil))
+		}
+		rows = append(rows, ffseed.PendingCancel{Partition: p, FlowID: flow, DownstreamEID: downstream, EnqueuedAtMs: due(nowMs)})
 	case DeadlinePassing:
 		// Running, its lease renewed for minutes, but over its deadline.
 		id := f.uuid()
-		f.exec(b, execRow{p: p, id: id, phase: "active", ownership: "leased", eligibility: "not_applicable",
-			public: "running", attempt: "running_attempt", startedMs: nowMs - 60_000,
-			deadlineMs: due(f.between(nowMs, -2000, 4000)), nowMs: nowMs})
-		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-		        lease_epoch, lease_expires_at_ms, started_at_ms)
-		 VALUES ($1, $2, 0, 'demo-worker-0', 'demo-worker-i1', 3, $3, $4)`, p, id, nowMs+600_000, nowMs-60_000)
-		c.Rows += 2
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: id, LifecyclePhase: "active", OwnershipState: "leased",
+			EligibilityState: "not_applicable", PublicState: "running", AttemptState: "running_attempt",
+			StartedAtMs: ffseed.Ms(nowMs - 60_000), DeadlineAtMs: ffseed.Ms(due(f.between(nowMs, -2000, 4000)))}, nowMs),
+			ffseed.Attempt{Partition: p, ExecutionID: id, WorkerID: "demo-worker-0", WorkerInstanceID: "demo-worker-i1",
+				LeaseEpoch: 3, LeaseExpiresAtMs: ffseed.Ms(nowMs + 600_000), StartedAtMs: ffseed.Ms(nowMs - 60_000)})
 	case WaitpointExpiring:
 		id := f.uuid()
-		f.exec(b, execRow{p: p, id: id, phase: "suspended", ownership: "unowned", eligibility: "not_applicable",
-			public: "suspended", attempt: "attempt_interrupted", startedMs: nowMs - 60_000, nowMs: nowMs})
-		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
-		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
-		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, 'fail')`,
-			p, id, f.uuid(), nowMs-60_000, nowMs+WaitpointSuspensionTimeout.Milliseconds())
-		b.Queue(`INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
-		        expires_at_ms, waitpoint_key, state, required_signal_names, activated_at_ms)
-		 VALUES ($1, $2, $3, 'demo-kid', 'demo-token', $4, $5, 'approval', 'active', '{approval}', $4)`,
-			p, f.uuid(), id, nowMs-60_000, due(f.between(nowMs, -2000, 4000)))
-		c.Rows += 3
+		fail := "fail"
+		rows = append(rows, f.exec(suspended(p, id, nowMs), nowMs),
+			suspension(p, id, f.uuid(), nowMs+WaitpointSuspensionTimeout.Milliseconds(), &fail, nowMs),
+			ffseed.Waitpoint{Partition: p, ID: f.uuid(), ExecutionID: id, TokenKid: "demo-kid", Token: "demo-token",
+				CreatedAtMs: nowMs - 60_000, ExpiresAtMs: ffseed.Ms(due(f.between(nowMs, -2000, 4000))), Key: "approval",
+				State: "active", RequiredSignalNames: []string{"approval"}, ActivatedAtMs: ffseed.Ms(nowMs - 60_000)})
 	case BudgetDue:
 		bp := int16(f.rng.IntN(DemoBudgetPartitions))
 		id := "demo-budget-" + f.uuid()[:8]
@@ -433,15 +422,15 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 		if interval <= 0 {
 			interval = DefaultBudgetResetInterval
 		}
-		b.Queue(`INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms,
-		        scope_type, scope_id, enforcement_mode, breach_count, last_breach_at_ms, last_breach_dim, next_reset_at_ms)
-		 VALUES ($1, $2, jsonb_build_object('hard_limit', 1000, 'reset_interval_ms', $6::bigint), $3, $3, 'flow', $4, 'hard', 1, $3, 'tokens', $5)`,
-			bp, id, nowMs-60_000, f.uuid(), due(f.between(nowMs, -2000, 4000)), interval.Milliseconds())
+		rows = append(rows, ffseed.Budget{Partition: bp, ID: id,
+			Policy:      map[string]int64{"hard_limit": 1000, "reset_interval_ms": interval.Milliseconds()},
+			CreatedAtMs: nowMs - 60_000, UpdatedAtMs: nowMs - 60_000, ScopeType: "flow", ScopeID: f.uuid(),
+			EnforcementMode: "hard", BreachCount: 1, LastBreachAtMs: ffseed.Ms(nowMs - 60_000), LastBreachDim: "tokens",
+			NextResetAtMs: ffseed.Ms(due(f.between(nowMs, -2000, 4000)))})
 		for _, dim := range []string{"tokens", "calls"} {
-			b.Queue(`INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, updated_at_ms)
-			 VALUES ($1, $2, $3, $4, $5)`, bp, id, dim, 1+f.rng.Int64N(1000), nowMs-1000)
+			rows = append(rows, ffseed.BudgetUsage{Partition: bp, BudgetID: id, Dimensions: dim,
+				CurrentValue: 1 + f.rng.Int64N(1000), UpdatedAtMs: nowMs - 1000})
 		}
-		c.Rows += 3
 	case FlowStep:
 		flow, up, down, down2 := f.uuid(), f.uuid(), f.uuid(), f.uuid()
 		outcome, public := "success", "completed"
@@ -450,143 +439,119 @@ func (f *Feeder) add(b *pgx.Batch, k Kind, nowMs int64, c *Counts) {
 			c.FlowsFailed++
 		}
 		f.flowFail = !f.flowFail
-		f.exec(b, execRow{p: p, id: up, flow: flow, phase: "terminal", ownership: "unowned", eligibility: "not_applicable",
-			public: public, attempt: "attempt_terminal", terminalMs: nowMs - 1000, nowMs: nowMs})
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: up, FlowID: flow, LifecyclePhase: "terminal",
+			OwnershipState: "unowned", EligibilityState: "not_applicable", PublicState: public, AttemptState: "attempt_terminal",
+			TerminalAtMs: ffseed.Ms(nowMs - 1000)}, nowMs))
 		for _, d := range []struct{ id, on string }{{down, up}, {down2, down}} {
-			f.exec(b, execRow{p: p, id: d.id, flow: flow, phase: "blocked", ownership: "unowned", eligibility: "blocked_by_dependencies",
-				public: "waiting", attempt: "pending", nowMs: nowMs})
-			b.Queue(`INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-			 VALUES ($1, $2, $3, $4, $5, '{"kind": "all_of"}'::jsonb)`, p, flow, f.uuid(), d.on, d.id)
-			b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target, running_count)
-			 VALUES ($1, $2, $3, '{"kind": "all_of"}'::jsonb, 1, 1)`, p, flow, d.id)
+			rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: d.id, FlowID: flow, LifecyclePhase: "blocked",
+				OwnershipState: "unowned", EligibilityState: "blocked_by_dependencies", PublicState: "waiting",
+				AttemptState: "pending"}, nowMs),
+				ffseed.Edge{Partition: p, FlowID: flow, EdgeID: f.uuid(), UpstreamEID: d.on, DownstreamEID: d.id, Policy: ffseed.AllOf},
+				ffseed.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: d.id, Policy: ffseed.AllOf, KTarget: 1, Running: 1})
 		}
 		// The flow's own row, its tenant laid out as FlowFabric's
 		// create_flow writes it (namespace, and the tag as a top-level
-		// key): the flow summary projects it.
-		b.Queue(`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
-		 VALUES ($1, $2, 'open', $3, jsonb_build_object('namespace', $4::text, $5::text, $6::text))`,
-			p, flow, nowMs-60_000, Namespace, InstanceTagKey, InstanceTag)
-		// Committed DependencyStale before it falls due, as FlowFabric's
+		// key): the flow summary projects it. Its completion event is
+		// committed DependencyStale before it falls due, as FlowFabric's
 		// engine would have written it (its namespace and tag in the
 		// event's own columns, which the tenant filter reads).
 		dueMs := due(f.between(nowMs, -2000, 4000))
-		b.Queue(`INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag,
-		        occurred_at_ms, committed_at_ms)
-		 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)`, p, up, flow, outcome, Namespace, InstanceTag, dueMs-DependencyStale.Milliseconds())
-		c.Rows += 3 + 4 + 1 + 1
+		rows = append(rows, ffseed.FlowCore{Partition: p, FlowID: flow, CreatedAtMs: nowMs - 60_000,
+			RawFields: map[string]string{"namespace": Namespace, InstanceTagKey: InstanceTag}},
+			ffseed.CompletionEvent{Partition: p, ExecutionID: up, FlowID: flow, Outcome: outcome, Namespace: Namespace,
+				InstanceTag: InstanceTag, OccurredAtMs: dueMs - DependencyStale.Milliseconds(),
+				CommittedAtMs: dueMs - DependencyStale.Milliseconds()})
 	case GrantExpiring:
 		// As FlowFabric's scheduler leaves it: the execution pending its
 		// claim (the only column it writes), the grant's id a 32-byte
 		// digest.
 		id := f.uuid()
-		f.exec(b, execRow{p: p, id: id, phase: "runnable", ownership: "unowned", eligibility: "pending_claim",
-			public: "waiting", attempt: "pending_first_attempt", nowMs: nowMs})
-		b.Queue(`INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
-		        worker_capabilities, grant_ttl_ms, issued_at_ms, expires_at_ms)
-		 VALUES ($1, decode(md5($2) || md5($3), 'hex'), $4, 'claim', 'demo-worker', 'demo-worker-1', '[]'::jsonb,
-		        5000, $5::bigint - 5000, $5::bigint)`,
-			p, f.uuid(), f.uuid(), id, due(f.between(nowMs, -2000, 4000)))
-		c.Rows += 2
+		rows = append(rows, f.exec(ffseed.Exec{Partition: p, ID: id, LifecyclePhase: "runnable", OwnershipState: "unowned",
+			EligibilityState: "pending_claim", PublicState: "waiting", AttemptState: "pending_first_attempt"}, nowMs),
+			ffseed.ClaimGrant{Partition: p, ID: append(ffseed.MD5(f.uuid()), ffseed.MD5(f.uuid())...), ExecutionID: id,
+				WorkerID: "demo-worker", WorkerInstanceID: "demo-worker-1", GrantTTLMs: 5000,
+				ExpiresAtMs: due(f.between(nowMs, -2000, 4000))})
 	case AdmissionExpiring:
 		// check_admission's rows for two admissions: the policy's counter,
 		// each admission (the execution's wire id) and its window row.
 		qp, policy := int16(f.rng.IntN(DemoBudgetPartitions)), "demo-quota-"+f.uuid()
-		b.Queue(`INSERT INTO ff_quota_policy (partition_key, quota_policy_id, requests_per_window_seconds, max_requests_per_window,
-		        active_concurrency_cap, active_concurrency, created_at_ms, updated_at_ms)
-		 VALUES ($1, $2, 60, 100, 2, 2, $3, $3)`, qp, policy, nowMs-120_000)
+		rows = append(rows, ffseed.QuotaPolicy{Partition: qp, ID: policy, WindowSeconds: 60, MaxRequests: 100,
+			ConcurrencyCap: 2, ActiveConcurrency: 2, CreatedAtMs: nowMs - 120_000, UpdatedAtMs: nowMs - 120_000})
 		expires := due(f.between(nowMs, -2000, 4000))
 		for range 2 {
-			exec := fmt.Sprintf("{fp:%d}:%s", p, f.uuid())
-			b.Queue(`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
-			 VALUES ($1, $2, $3, $4::bigint - 60000, $4::bigint)`, qp, policy, exec, expires)
-			b.Queue(`INSERT INTO ff_quota_window (partition_key, quota_policy_id, dimension, admitted_at_ms, execution_id)
-			 VALUES ($1, $2, '', $3, $4)`, qp, policy, expires-60_000, exec)
+			exec := ffseed.WireID(p, f.uuid())
+			rows = append(rows, ffseed.QuotaAdmitted{Partition: qp, PolicyID: policy, ExecutionID: exec,
+				AdmittedAtMs: expires - 60_000, ExpiresAtMs: expires},
+				ffseed.QuotaWindow{Partition: qp, PolicyID: policy, AdmittedAtMs: expires - 60_000, ExecutionID: exec})
 		}
-		c.Rows += 5
 	case DedupExpiring:
-		b.Queue(`INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
-		 VALUES ($1, $2, '{"outcome": "applied"}'::jsonb, $3::bigint - 86400000, $3::bigint)`,
-			int16(f.rng.IntN(DemoBudgetPartitions)), "demo-usage-"+f.uuid(), due(f.between(nowMs, -2000, 4000)))
-		c.Rows++
+		dp, key := int16(f.rng.IntN(DemoBudgetPartitions)), "demo-usage-"+f.uuid()
+		expires := due(f.between(nowMs, -2000, 4000))
+		rows = append(rows, ffseed.BudgetDedup{Partition: dp, Key: key, AppliedAtMs: expires - 86_400_000, ExpiresAtMs: expires})
 	case CancelBacklog:
 		flow, member := f.uuid(), f.uuid()
 		requested := due(f.between(nowMs, -2000, 4000)) - CancelBacklogGrace.Milliseconds()
-		b.Queue(`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, terminal_at_ms, raw_fields)
-		 VALUES ($1, $2, 'cancelled', $3, $4, jsonb_build_object('cancellation_policy', 'cancel_flow_only', 'cancel_reason', 'demo cancel'))`,
-			p, flow, nowMs-120_000, requested)
-		f.exec(b, execRow{p: p, id: member, flow: flow, phase: "runnable", ownership: "unowned", eligibility: "eligible_now",
-			public: "waiting", attempt: "pending_first_attempt", nowMs: nowMs})
-		b.Queue(`INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
-		 VALUES ($1, $2, $3, '', 'demo cancel', 'cancel_flow_only', 'pending')`, p, flow, requested)
-		b.Queue(`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $2, $3)`,
-			p, flow, fmt.Sprintf("{fp:%d}:%s", p, member))
-		c.Rows += 4
+		rows = append(rows, ffseed.FlowCore{Partition: p, FlowID: flow, State: "cancelled", CreatedAtMs: nowMs - 120_000,
+			TerminalAtMs: ffseed.Ms(requested),
+			RawFields:    map[string]string{"cancellation_policy": "cancel_flow_only", "cancel_reason": "demo cancel"}},
+			f.exec(ffseed.Exec{Partition: p, ID: member, FlowID: flow, LifecyclePhase: "runnable", OwnershipState: "unowned",
+				EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt"}, nowMs),
+			ffseed.CancelBacklog{Partition: p, FlowID: flow, RequestedAtMs: requested, Reason: "demo cancel",
+				Policy: "cancel_flow_only"},
+			ffseed.CancelBacklogMember{Partition: p, FlowID: flow, ExecutionID: ffseed.WireID(p, member)})
 	case WorkerStale:
 		// Partitioned as FlowFabric does: FNV-1a of the instance id.
 		inst := "demo-worker-" + f.uuid()[:8]
 		h := fnv.New64a()
 		h.Write([]byte(inst))
 		const ttl = 15_000
-		b.Queue(`INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes,
-		        capabilities_csv, last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
-		 VALUES ($1, $2, $3, 'demo-worker', '{default}', 'gpu,llm', $4, $5, $6)`,
-			int16(h.Sum64()%256), Namespace, inst, due(f.between(nowMs, -2000, 4000))-ttl, ttl, nowMs-300_000)
-		c.Rows++
+		rows = append(rows, ffseed.WorkerRegistration{Partition: int16(h.Sum64() % 256), Namespace: Namespace, InstanceID: inst,
+			WorkerID: "demo-worker", CapabilitiesCSV: "gpu,llm", LastHeartbeatMs: due(f.between(nowMs, -2000, 4000)) - ttl,
+			TTLMs: ttl, RegisteredAtMs: nowMs - 300_000})
 	}
+	c.Rows += len(rows)
+	return ffseed.QueueAll(b, rows...)
 }
 
-type execRow struct {
-	p                                              int16
-	id, flow                                       string
-	phase, ownership, eligibility, public, attempt string
-	deadlineMs, startedMs, terminalMs              int64 // 0: NULL
-	nowMs                                          int64
-	policy                                         string // JSON; "": NULL
-}
-
-func nullMs(v int64) any {
-	if v == 0 {
-		return nil
-	}
-	return v
-}
-
-func (f *Feeder) exec(b *pgx.Batch, e execRow) {
-	raw, _ := json.Marshal(map[string]any{
+// exec returns e as the demo writes an execution: its tenant in raw_fields
+// with its last mutation, a random lane, created two minutes ago.
+func (f *Feeder) exec(e ffseed.Exec, nowMs int64) ffseed.Exec {
+	e.RawFields = map[string]any{
 		"namespace":        Namespace,
 		"tags":             map[string]string{InstanceTagKey: InstanceTag},
-		"last_mutation_at": fmt.Sprint(e.nowMs),
-	})
-	var flow any
-	if e.flow != "" {
-		flow = e.flow
+		"last_mutation_at": fmt.Sprint(nowMs),
 	}
-	var policy any
-	if e.policy != "" {
-		policy = e.policy
-	}
-	lane := []string{"default", "batch", "interactive"}[f.rng.IntN(3)]
-	b.Queue(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, started_at_ms, terminal_at_ms, raw_fields,
-	        policy)
-	 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14::jsonb, $15::jsonb)`,
-		e.p, e.id, flow, lane, e.phase, e.ownership, e.eligibility, e.public, e.attempt,
-		e.nowMs-120_000, nullMs(e.deadlineMs), nullMs(e.startedMs), nullMs(e.terminalMs), string(raw), policy)
+	e.LaneID = []string{"default", "batch", "interactive"}[f.rng.IntN(3)]
+	e.CreatedAtMs = nowMs - 120_000
+	return e
 }
 
-func (f *Feeder) edgeGroup(b *pgx.Batch, p int16, flow, downstream string, flag bool, members []string, running int) {
-	if members == nil {
-		members = []string{}
-	}
-	b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
-	        success_count, running_count, cancel_siblings_pending_flag, cancel_siblings_pending_members)
-	 VALUES ($1, $2, $3, '{"kind": "any_of", "on_satisfied": "cancel_remaining"}'::jsonb, 1, 1, $4, $5, $6)`,
-		p, flow, downstream, running, flag, members)
+// waiting is a live execution of flow, eligible and waiting.
+func waiting(p int16, id, flow string) ffseed.Exec {
+	return ffseed.Exec{Partition: p, ID: id, FlowID: flow, LifecyclePhase: "runnable", OwnershipState: "unowned",
+		EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending"}
 }
 
-func (f *Feeder) pending(b *pgx.Batch, p int16, flow, downstream string, enqueuedMs int64) {
-	b.Queue(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
-	 VALUES ($1, $2, $3, $4)`, p, flow, downstream, enqueuedMs)
+// suspended is an execution suspended a minute into its attempt.
+func suspended(p int16, id string, nowMs int64) ffseed.Exec {
+	return ffseed.Exec{Partition: p, ID: id, LifecyclePhase: "suspended", OwnershipState: "unowned",
+		EligibilityState: "not_applicable", PublicState: "suspended", AttemptState: "attempt_interrupted",
+		StartedAtMs: ffseed.Ms(nowMs - 60_000)}
+}
+
+// suspension is the suspension sid of execution id, waiting for the
+// approval signal since a minute ago.
+func suspension(p int16, id, sid string, timeoutMs int64, behavior *string, nowMs int64) ffseed.Suspension {
+	return ffseed.Suspension{Partition: p, ExecutionID: id, SuspensionID: sid, SuspendedAtMs: nowMs - 60_000,
+		TimeoutAtMs: ffseed.Ms(timeoutMs), ReasonCode: "waiting_for_signal",
+		Condition: json.RawMessage(`{"kind": "signal", "name": "approval"}`), Behavior: behavior}
+}
+
+// cancelGroup is an any_of(1) group of downstream with one success, its
+// flag and members as given, the members still running.
+func cancelGroup(p int16, flow, downstream string, flag bool, members []string) ffseed.EdgeGroup {
+	return ffseed.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: downstream, Policy: ffseed.AnyOfCancelRemaining,
+		KTarget: 1, Success: 1, Running: int32(len(members)), Flag: flag, Members: members}
 }
 
 // Run feeds about rate items per second, spread over the second, until ctx

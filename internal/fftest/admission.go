@@ -1,11 +1,9 @@
 package fftest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -22,28 +20,14 @@ type Grant struct {
 }
 
 // InsertGrant inserts g with a random 32-byte grant_id (FlowFabric's is the
-// sha256 of the signed grant key) and returns the id in hex, as a scan of
-// expired grants returns it.
+// sha256 of the signed grant key), a TTL of 1 s, and returns the id in hex,
+// as a scan of expired grants returns it.
 func InsertGrant(t testing.TB, db store.DB, g Grant) string {
 	t.Helper()
-	if g.Kind == "" {
-		g.Kind = "claim"
-	}
-	if g.WorkerID == "" {
-		g.WorkerID = "w1"
-	}
-	var id [32]byte
-	_, _ = rand.Read(id[:])
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
-		       lane_id, capability_hash, worker_capabilities, route_snapshot_json, admission_summary,
-		       grant_ttl_ms, issued_at_ms, expires_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $5 || '-i1', NULL, NULL, '[]'::jsonb, NULL, NULL, 1000, $6::bigint - 1000, $6::bigint)`,
-		g.Partition, id[:], g.ExecutionID, g.Kind, g.WorkerID, g.ExpiresAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_claim_grant: %v", err)
-	}
-	return hex.EncodeToString(id[:])
+	row := ffseed.ClaimGrant{Partition: g.Partition, ExecutionID: g.ExecutionID, Kind: g.Kind, WorkerID: g.WorkerID,
+		ExpiresAtMs: g.ExpiresAtMs}.Defaults()
+	insert(t, db, row)
+	return ffseed.HexID(row.ID)
 }
 
 // PendingClaim returns an execution as FlowFabric's Postgres scheduler
@@ -71,41 +55,26 @@ type QuotaPolicy struct {
 	ActiveConcurrency int64
 }
 
-// InsertQuotaPolicy inserts p.
+// InsertQuotaPolicy inserts p (created and updated at 1).
 func InsertQuotaPolicy(t testing.TB, db store.DB, p QuotaPolicy) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_quota_policy (partition_key, quota_policy_id, requests_per_window_seconds, max_requests_per_window,
-		       active_concurrency_cap, active_concurrency, created_at_ms, updated_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, 1)`,
-		p.Partition, p.ID, p.WindowSeconds, p.MaxRequests, p.ConcurrencyCap, p.ActiveConcurrency)
-	if err != nil {
-		t.Fatalf("insert ff_quota_policy: %v", err)
-	}
+	insert(t, db, ffseed.QuotaPolicy{Partition: p.Partition, ID: p.ID, WindowSeconds: p.WindowSeconds,
+		MaxRequests: p.MaxRequests, ConcurrencyCap: p.ConcurrencyCap, ActiveConcurrency: p.ActiveConcurrency})
 }
 
 // InsertQuotaAdmitted inserts an admission of execID (a wire id, as
-// check_admission stores it) under policy, expiring at expiresAtMs.
+// check_admission stores it) under policy, admitted a second before it
+// expires at expiresAtMs.
 func InsertQuotaAdmitted(t testing.TB, db store.DB, partition int16, policy, execID string, expiresAtMs int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
-		VALUES ($1, $2, $3, $4::bigint - 1000, $4::bigint)`, partition, policy, execID, expiresAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_quota_admitted: %v", err)
-	}
+	insert(t, db, ffseed.QuotaAdmitted{Partition: partition, PolicyID: policy, ExecutionID: execID, ExpiresAtMs: expiresAtMs})
 }
 
 // InsertQuotaWindow inserts a sliding-window row of policy (dimension ”, as
 // check_admission writes it) admitted at admittedAtMs.
 func InsertQuotaWindow(t testing.TB, db store.DB, partition int16, policy, execID string, admittedAtMs int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_quota_window (partition_key, quota_policy_id, dimension, admitted_at_ms, execution_id)
-		VALUES ($1, $2, '', $3, $4)`, partition, policy, admittedAtMs, execID)
-	if err != nil {
-		t.Fatalf("insert ff_quota_window: %v", err)
-	}
+	insert(t, db, ffseed.QuotaWindow{Partition: partition, PolicyID: policy, AdmittedAtMs: admittedAtMs, ExecutionID: execID})
 }
 
 // ActiveConcurrency reads a policy's counter.
@@ -116,13 +85,8 @@ func ActiveConcurrency(t testing.TB, db store.DB, partition int16, policy string
 }
 
 // InsertBudgetDedup inserts a report_usage idempotency key expiring at
-// expiresAtMs.
+// expiresAtMs, applied a second before.
 func InsertBudgetDedup(t testing.TB, db store.DB, partition int16, key string, expiresAtMs int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
-		VALUES ($1, $2, '{"outcome":"applied"}'::jsonb, $3::bigint - 1000, $3::bigint)`, partition, key, expiresAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_budget_usage_dedup: %v", err)
-	}
+	insert(t, db, ffseed.BudgetDedup{Partition: partition, Key: key, ExpiresAtMs: expiresAtMs})
 }

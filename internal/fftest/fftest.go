@@ -4,116 +4,46 @@ package fftest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
 // NewUUID returns a random (version 4) UUID string.
-func NewUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
+func NewUUID() string { return ffseed.NewUUID() }
 
-// Exec is an ff_exec_core row. Zero fields take FlowFabric-like defaults
-// for an active, leased execution.
-type Exec struct {
-	Partition        int16
-	ID               string
-	FlowID           string // empty: NULL
-	LifecyclePhase   string
-	OwnershipState   string
-	EligibilityState string
-	PublicState      string
-	AttemptState     string
-	AttemptIndex     int32
-	DeadlineAtMs     *int64
-	TerminalAtMs     *int64
-	// Policy is stored as JSON; nil stores NULL.
-	Policy any
-	// RawFields is stored as JSON; nil builds {"namespace": Namespace,
-	// "tags": Tags} from the two fields below (omitting empty ones).
-	RawFields any
-	Namespace string
-	Tags      map[string]string
-}
+// Exec is an ff_exec_core row (ffseed.Exec). Zero fields take
+// FlowFabric-like defaults for an active, leased execution.
+type Exec = ffseed.Exec
 
 // InsertExec inserts e and returns its id.
 func InsertExec(t testing.TB, db store.DB, e Exec) string {
 	t.Helper()
-	if e.ID == "" {
-		e.ID = NewUUID()
-	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&e.LifecyclePhase, "active")
-	def(&e.OwnershipState, "leased")
-	def(&e.EligibilityState, "not_applicable")
-	def(&e.PublicState, "running")
-	def(&e.AttemptState, "running_attempt")
-	raw := e.RawFields
-	if raw == nil {
-		m := map[string]any{}
-		if e.Namespace != "" {
-			m["namespace"] = e.Namespace
-		}
-		if len(e.Tags) > 0 {
-			m["tags"] = e.Tags
-		}
-		raw = m
-	}
-	rawJSON, err := json.Marshal(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var flow, policy any
-	if e.FlowID != "" {
-		flow = e.FlowID
-	}
-	if e.Policy != nil {
-		b, err := json.Marshal(e.Policy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		policy = string(b)
-	}
-	_, err = db.Exec(context.Background(), `
-		INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		       eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, deadline_at_ms, policy, raw_fields,
-		       terminal_at_ms)
-		VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, $9, 1, $10, $11::jsonb, $12::jsonb, $13)`,
-		e.Partition, e.ID, flow, e.LifecyclePhase, e.OwnershipState, e.EligibilityState, e.PublicState,
-		e.AttemptState, e.AttemptIndex, e.DeadlineAtMs, policy, string(rawJSON), e.TerminalAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_exec_core: %v", err)
-	}
+	e = e.Defaults()
+	insert(t, db, e)
 	return e.ID
 }
 
-// InsertAttempt inserts an ff_attempt row whose lease expires at
-// expiresAtMs (nil: released).
+// insert inserts r with ffseed.Insert; an error fails the test.
+func insert(t testing.TB, db store.DB, rows ...ffseed.Row) {
+	t.Helper()
+	if err := ffseed.InsertAll(context.Background(), db, rows...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// InsertAttempt inserts an ff_attempt row of worker w1 whose lease expires
+// at expiresAtMs (nil: released).
 func InsertAttempt(t testing.TB, db store.DB, partition int16, execID string, attemptIndex int32, expiresAtMs *int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-		       lease_epoch, lease_expires_at_ms, started_at_ms)
-		VALUES ($1, $2, $3, 'w1', 'w1-i1', 1, $4, 1)`, partition, execID, attemptIndex, expiresAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_attempt: %v", err)
-	}
+	insert(t, db, ffseed.Attempt{Partition: partition, ExecutionID: execID, AttemptIndex: attemptIndex, WorkerID: "w1",
+		WorkerInstanceID: "w1-i1", LeaseEpoch: 1, LeaseExpiresAtMs: expiresAtMs, StartedAtMs: Ms(1)})
 }
 
 // Ms returns a pointer to v, for nullable *_ms fields.
@@ -255,25 +185,12 @@ type Suspension struct {
 	MemberMap any
 }
 
-// InsertSuspension inserts s.
+// InsertSuspension inserts s (reason code test, condition {}, suspended
+// at 1).
 func InsertSuspension(t testing.TB, db store.DB, s Suspension) {
 	t.Helper()
-	mm := s.MemberMap
-	if mm == nil {
-		mm = map[string]any{}
-	}
-	mmJSON, err := json.Marshal(mm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.Exec(context.Background(), `
-		INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
-		       timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
-		VALUES ($1, $2, $3, 1, $4, 'test', '{}'::jsonb, $5::jsonb, $6)`,
-		s.Partition, s.ExecutionID, NewUUID(), s.TimeoutAtMs, string(mmJSON), s.Behavior)
-	if err != nil {
-		t.Fatalf("insert ff_suspension_current: %v", err)
-	}
+	insert(t, db, ffseed.Suspension{Partition: s.Partition, ExecutionID: s.ExecutionID, TimeoutAtMs: s.TimeoutAtMs,
+		ReasonCode: "test", MemberMap: s.MemberMap, Behavior: s.Behavior})
 }
 
 // SuspensionRow is what tests read back from ff_suspension_current.
@@ -343,21 +260,12 @@ type EdgeGroup struct {
 	Members       []string // stored as given; nil stores {}
 }
 
-// InsertEdgeGroup inserts g.
+// InsertEdgeGroup inserts g: an any_of(1) group cancelling its remaining
+// upstreams.
 func InsertEdgeGroup(t testing.TB, db store.DB, g EdgeGroup) {
 	t.Helper()
-	members := g.Members
-	if members == nil {
-		members = []string{}
-	}
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
-		       cancel_siblings_pending_flag, cancel_siblings_pending_members)
-		VALUES ($1, $2, $3, '{"kind":"any_of","on_satisfied":"cancel_remaining"}'::jsonb, 1, $4, $5)`,
-		g.Partition, g.FlowID, g.DownstreamEID, g.Flag, members)
-	if err != nil {
-		t.Fatalf("insert ff_edge_group: %v", err)
-	}
+	insert(t, db, ffseed.EdgeGroup{Partition: g.Partition, FlowID: g.FlowID, DownstreamEID: g.DownstreamEID,
+		Policy: ffseed.AnyOfCancelRemaining, KTarget: 1, Flag: g.Flag, Members: g.Members})
 }
 
 // EdgeGroupRow is what tests read back from ff_edge_group.
@@ -383,12 +291,8 @@ func ReadEdgeGroup(t testing.TB, db store.DB, partition int16, flowID, downstrea
 // InsertPendingCancel inserts an ff_pending_cancel_groups row.
 func InsertPendingCancel(t testing.TB, db store.DB, partition int16, flowID, downstreamEID string, enqueuedAtMs int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
-		VALUES ($1, $2, $3, $4)`, partition, flowID, downstreamEID, enqueuedAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_pending_cancel_groups: %v", err)
-	}
+	insert(t, db, ffseed.PendingCancel{Partition: partition, FlowID: flowID, DownstreamEID: downstreamEID,
+		EnqueuedAtMs: enqueuedAtMs})
 }
 
 // PendingCancelExists reports whether a pending cancel group row exists.

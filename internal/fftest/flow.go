@@ -2,9 +2,9 @@ package fftest
 
 import (
 	"context"
-	"strconv"
 	"testing"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -24,11 +24,8 @@ func Link(t testing.TB, db store.DB, partition int16, flowID, policy, downstream
 // InsertEdge inserts one ff_edge from upstream to downstream.
 func InsertEdge(t testing.TB, db store.DB, partition int16, flowID, upstream, downstream, policy string) {
 	t.Helper()
-	if _, err := db.Exec(context.Background(), `
-		INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-		VALUES ($1, $2, $3, $4, $5, $6::jsonb)`, partition, flowID, NewUUID(), upstream, downstream, policy); err != nil {
-		t.Fatalf("insert ff_edge: %v", err)
-	}
+	insert(t, db, ffseed.Edge{Partition: partition, FlowID: flowID, UpstreamEID: upstream, DownstreamEID: downstream,
+		Policy: policy})
 }
 
 // Group is an ff_edge_group row with its counters.
@@ -45,16 +42,8 @@ type Group struct {
 // InsertGroup inserts g.
 func InsertGroup(t testing.TB, db store.DB, g Group) {
 	t.Helper()
-	if g.Members == nil {
-		g.Members = []string{}
-	}
-	if _, err := db.Exec(context.Background(), `
-		INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, success_count, fail_count, skip_count,
-		       running_count, cancel_siblings_pending_flag, cancel_siblings_pending_members)
-		VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7, $8, $9, $10)`,
-		g.Partition, g.FlowID, g.DownstreamEID, g.Policy, g.Success, g.Fail, g.Skip, g.Running, g.Flag, g.Members); err != nil {
-		t.Fatalf("insert ff_edge_group: %v", err)
-	}
+	insert(t, db, ffseed.EdgeGroup{Partition: g.Partition, FlowID: g.FlowID, DownstreamEID: g.DownstreamEID,
+		Policy: g.Policy, Success: g.Success, Fail: g.Fail, Skip: g.Skip, Running: g.Running, Flag: g.Flag, Members: g.Members})
 }
 
 // ReadGroup reads an edge group back; it fails the test when it is missing.
@@ -84,20 +73,21 @@ type Completion struct {
 	CommittedAtMs int64
 }
 
-// InsertCompletion inserts c undispatched and returns its event id.
+// InsertCompletion inserts c undispatched, occurred at 1, and returns its
+// event id.
 func InsertCompletion(t testing.TB, db store.DB, c Completion) int64 {
 	t.Helper()
-	var flow any
-	if c.FlowID != "" {
-		flow = c.FlowID
+	deref := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
 	}
-	var id int64
-	if err := db.QueryRow(context.Background(), `
-		INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, namespace, instance_tag, occurred_at_ms,
-		       committed_at_ms)
-		VALUES ($1, $2, $3, $4, $5, $6, 1, COALESCE(NULLIF($7::bigint, 0), (extract(epoch FROM clock_timestamp()) * 1000)::bigint))
-		RETURNING event_id`, c.Partition, c.ExecutionID, flow, c.Outcome, c.Namespace, c.InstanceTag, c.CommittedAtMs).Scan(&id); err != nil {
-		t.Fatalf("insert ff_completion_event: %v", err)
+	id, err := ffseed.InsertCompletion(context.Background(), db, ffseed.CompletionEvent{Partition: c.Partition,
+		ExecutionID: c.ExecutionID, FlowID: c.FlowID, Outcome: c.Outcome, Namespace: deref(c.Namespace),
+		InstanceTag: deref(c.InstanceTag), OccurredAtMs: 1, CommittedAtMs: c.CommittedAtMs})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return id
 }
@@ -126,24 +116,16 @@ func Blocked(partition int16, flowID string) Exec {
 // ({} when nil).
 func InsertFlow(t testing.TB, db store.DB, partition int16, flowID, state string, rawFields map[string]any) {
 	t.Helper()
-	if state == "" {
-		state = "open"
+	var raw any
+	if rawFields != nil {
+		raw = rawFields
 	}
-	if rawFields == nil {
-		rawFields = map[string]any{}
-	}
-	if _, err := db.Exec(context.Background(), `
-		INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, raw_fields)
-		VALUES ($1, $2::uuid, $3, 1, $4)`, partition, flowID, state, rawFields); err != nil {
-		t.Fatalf("insert ff_flow_core: %v", err)
-	}
+	insert(t, db, ffseed.FlowCore{Partition: partition, FlowID: flowID, State: state, RawFields: raw})
 }
 
 // WireID is FlowFabric's wire form of an execution id, "{fp:N}:<uuid>":
 // what ff_cancel_backlog_member and the quota tables store.
-func WireID(partition int16, id string) string {
-	return "{fp:" + strconv.Itoa(int(partition)) + "}:" + id
-}
+func WireID(partition int16, id string) string { return ffseed.WireID(partition, id) }
 
 // Backlog is a cancel backlog header with its member rows, as FlowFabric's
 // cancel_flow_header writes them (grace_until_ms left NULL unless set).
@@ -162,22 +144,12 @@ type Backlog struct {
 // InsertBacklog inserts b's header and member rows.
 func InsertBacklog(t testing.TB, db store.DB, b Backlog) {
 	t.Helper()
-	if b.Policy == "" {
-		b.Policy = "cancel_all"
-	}
-	if _, err := db.Exec(context.Background(), `
-		INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, grace_until_ms, cancellation_policy, status)
-		VALUES ($1, $2::uuid, $3, '', $4, $5, $6, 'pending')`,
-		b.Partition, b.FlowID, b.RequestedAtMs, b.Reason, b.GraceUntilMs, b.Policy); err != nil {
-		t.Fatalf("insert ff_cancel_backlog: %v", err)
-	}
+	rows := []ffseed.Row{ffseed.CancelBacklog{Partition: b.Partition, FlowID: b.FlowID, RequestedAtMs: b.RequestedAtMs,
+		Reason: b.Reason, GraceUntilMs: b.GraceUntilMs, Policy: b.Policy}}
 	for _, m := range b.Members {
-		if _, err := db.Exec(context.Background(), `
-			INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $2::uuid, $3)`,
-			b.Partition, b.FlowID, m); err != nil {
-			t.Fatalf("insert ff_cancel_backlog_member: %v", err)
-		}
+		rows = append(rows, ffseed.CancelBacklogMember{Partition: b.Partition, FlowID: b.FlowID, ExecutionID: m})
 	}
+	insert(t, db, rows...)
 }
 
 // BacklogMembers returns the member ids of a flow's backlog, sorted, and

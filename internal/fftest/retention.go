@@ -1,11 +1,10 @@
 package fftest
 
 import (
-	"context"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -23,38 +22,28 @@ func Terminal(partition int16, terminalAtMs int64) Exec {
 // row under the wire id "{fp:N}:<uuid>", as FlowFabric writes them.
 func InsertSiblings(t testing.TB, db store.DB, partition int16, execID, flowID string) {
 	t.Helper()
-	for _, q := range []string{
-		`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index) VALUES ($1, $2::uuid, 0)`,
-		`INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id, grant_ttl_ms, issued_at_ms, expires_at_ms)
-		 VALUES ($1, decode(md5($2), 'hex'), $2::uuid, 'claim', 'w', 'wi', 1, 1, 2)`,
-		`INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms, dispatched_at_ms) VALUES ($1, $2::uuid, 'success', 1, 2)`,
-		`INSERT INTO ff_stream_frame (partition_key, execution_id, attempt_index, ts_ms, seq, fields, mode, created_at_ms) VALUES ($1, $2::uuid, 0, 1, 0, '{}', 'append', 1)`,
-		`INSERT INTO ff_stream_meta (partition_key, execution_id, attempt_index) VALUES ($1, $2::uuid, 0)`,
-		`INSERT INTO ff_stream_summary (partition_key, execution_id, attempt_index, document_json, last_updated_ms, first_applied_ms) VALUES ($1, $2::uuid, 0, '{}', 1, 1)`,
-		`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, condition) VALUES ($1, $2::uuid, gen_random_uuid(), 1, '{}')`,
-		`INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms) VALUES ($1, gen_random_uuid(), $2::uuid, 'k', 't', 1)`,
-		`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $3::uuid, $2)`,
-		`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key) VALUES ($2, 'acquired', 1, $1)`,
-		`INSERT INTO ff_operator_event (execution_id, event_type, occurred_at_ms, partition_key) VALUES ($2, 'replayed', 1, $1)`,
-		`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms) VALUES ($1, 'q', $2, 1, 2)`,
-		`INSERT INTO ff_quota_window (partition_key, quota_policy_id, admitted_at_ms, execution_id) VALUES ($1, 'q', 1, $2)`,
-		`INSERT INTO ff_signal_event (execution_id, signal_id, delivered_at_ms, partition_key) VALUES ($2, 's', 1, $1)`,
-		// The wire id (in $2's place), with the flow in $3.
-		`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id) VALUES ($1, $3::uuid, $2) -- wire`,
-		`INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms) VALUES ($1, 'q', $2, 1, 2) -- wire`,
-		`INSERT INTO ff_quota_window (partition_key, quota_policy_id, admitted_at_ms, execution_id) VALUES ($1, 'q', 1, $2) -- wire`,
-	} {
-		args := []any{partition, execID}
-		if strings.HasSuffix(q, "-- wire") {
-			args[1] = WireID(partition, execID)
-		}
-		if strings.Contains(q, "$3") {
-			args = append(args, flowID)
-		}
-		if _, err := db.Exec(context.Background(), q, args...); err != nil {
-			t.Fatalf("insert sibling row: %v\n%s", err, q)
-		}
-	}
+	p, wire := partition, WireID(partition, execID)
+	insert(t, db,
+		ffseed.Attempt{Partition: p, ExecutionID: execID},
+		ffseed.ClaimGrant{Partition: p, ID: ffseed.MD5(execID), ExecutionID: execID, WorkerID: "w", WorkerInstanceID: "wi",
+			GrantTTLMs: 1, IssuedAtMs: 1, ExpiresAtMs: 2},
+		ffseed.CompletionEvent{Partition: p, ExecutionID: execID, OccurredAtMs: 1, DispatchedAtMs: Ms(2)},
+		ffseed.StreamFrame{Partition: p, ExecutionID: execID, TsMs: 1, CreatedAtMs: 1},
+		ffseed.StreamMeta{Partition: p, ExecutionID: execID},
+		ffseed.StreamSummary{Partition: p, ExecutionID: execID, LastUpdatedMs: 1, FirstAppliedMs: 1},
+		ffseed.Suspension{Partition: p, ExecutionID: execID},
+		ffseed.Waitpoint{Partition: p, ExecutionID: execID, TokenKid: "k", Token: "t"},
+		ffseed.CancelBacklogMember{Partition: p, FlowID: flowID, ExecutionID: execID},
+		ffseed.LeaseEvent{ExecutionID: execID, EventType: "acquired", OccurredAtMs: 1, Partition: int32(p)},
+		ffseed.OperatorEvent{ExecutionID: execID, EventType: "replayed", OccurredAtMs: 1, Partition: int32(p)},
+		ffseed.QuotaAdmitted{Partition: p, PolicyID: "q", ExecutionID: execID, AdmittedAtMs: 1, ExpiresAtMs: 2},
+		ffseed.QuotaWindow{Partition: p, PolicyID: "q", AdmittedAtMs: 1, ExecutionID: execID},
+		ffseed.SignalEvent{ExecutionID: execID, SignalID: "s", DeliveredAtMs: 1, Partition: int32(p)},
+		// Under the wire id.
+		ffseed.CancelBacklogMember{Partition: p, FlowID: flowID, ExecutionID: wire},
+		ffseed.QuotaAdmitted{Partition: p, PolicyID: "q", ExecutionID: wire, AdmittedAtMs: 1, ExpiresAtMs: 2},
+		ffseed.QuotaWindow{Partition: p, PolicyID: "q", AdmittedAtMs: 1, ExecutionID: wire},
+	)
 }
 
 // WireSiblingTables are the sibling tables InsertSiblings gives a second

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -22,24 +23,13 @@ type Waitpoint struct {
 	ExpiresAtMs *int64
 }
 
-// InsertWaitpoint inserts w and returns its id.
+// InsertWaitpoint inserts w (token kid-1, created at 1) and returns its id.
 func InsertWaitpoint(t testing.TB, db store.DB, w Waitpoint) string {
 	t.Helper()
-	if w.ID == "" {
-		w.ID = NewUUID()
-	}
-	if w.State == "" {
-		w.State = "pending"
-	}
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_waitpoint_pending (partition_key, waitpoint_id, execution_id, token_kid, token, created_at_ms,
-		       expires_at_ms, waitpoint_key, state)
-		VALUES ($1, $2, $3, 'kid-1', 'token', 1, $4, $5, $6)`,
-		w.Partition, w.ID, w.ExecutionID, w.ExpiresAtMs, w.Key, w.State)
-	if err != nil {
-		t.Fatalf("insert ff_waitpoint_pending: %v", err)
-	}
-	return w.ID
+	row := ffseed.Waitpoint{Partition: w.Partition, ID: w.ID, ExecutionID: w.ExecutionID, Key: w.Key, State: w.State,
+		ExpiresAtMs: w.ExpiresAtMs}.Defaults()
+	insert(t, db, row)
+	return row.ID
 }
 
 // WaitpointExists reports whether a waitpoint is still pending.
@@ -61,41 +51,25 @@ type Budget struct {
 	LastBreachDim                *string
 }
 
-// InsertBudget inserts b and returns its id (a fresh one when empty).
+// InsertBudget inserts b (a hard budget of flow scope-1, created and
+// updated at 1) and returns its id (a fresh one when empty).
 func InsertBudget(t testing.TB, db store.DB, b Budget) string {
 	t.Helper()
-	if b.ID == "" {
-		b.ID = "budget-" + NewUUID()[:8]
+	dim := ""
+	if b.LastBreachDim != nil {
+		dim = *b.LastBreachDim
 	}
-	policy := b.Policy
-	if policy == nil {
-		policy = map[string]any{}
-	}
-	pj, err := json.Marshal(policy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = db.Exec(context.Background(), `
-		INSERT INTO ff_budget_policy (partition_key, budget_id, policy_json, created_at_ms, updated_at_ms,
-		       scope_type, scope_id, enforcement_mode, breach_count, soft_breach_count, last_breach_at_ms,
-		       last_breach_dim, next_reset_at_ms)
-		VALUES ($1, $2, $3::jsonb, 1, 1, 'flow', 'scope-1', 'hard', $4, $5, $6, $7, $8)`,
-		b.Partition, b.ID, string(pj), b.BreachCount, b.SoftBreachCount, b.LastBreachAtMs, b.LastBreachDim, b.NextResetAtMs)
-	if err != nil {
-		t.Fatalf("insert ff_budget_policy: %v", err)
-	}
-	return b.ID
+	row := ffseed.Budget{Partition: b.Partition, ID: b.ID, Policy: b.Policy, ScopeType: "flow", ScopeID: "scope-1",
+		EnforcementMode: "hard", BreachCount: b.BreachCount, SoftBreachCount: b.SoftBreachCount,
+		LastBreachAtMs: b.LastBreachAtMs, LastBreachDim: dim, NextResetAtMs: b.NextResetAtMs}.Defaults()
+	insert(t, db, row)
+	return row.ID
 }
 
-// InsertBudgetUsage inserts a usage row of a budget.
+// InsertBudgetUsage inserts a usage row of a budget, updated at 1.
 func InsertBudgetUsage(t testing.TB, db store.DB, partition int16, budgetID, dimensions string, value int64) {
 	t.Helper()
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_budget_usage (partition_key, budget_id, dimensions_key, current_value, last_reset_at_ms, updated_at_ms)
-		VALUES ($1, $2, $3, $4, NULL, 1)`, partition, budgetID, dimensions, value)
-	if err != nil {
-		t.Fatalf("insert ff_budget_usage: %v", err)
-	}
+	insert(t, db, ffseed.BudgetUsage{Partition: partition, BudgetID: budgetID, Dimensions: dimensions, CurrentValue: value})
 }
 
 // BudgetRow is what tests read back from ff_budget_policy.
@@ -162,27 +136,14 @@ type Worker struct {
 	TTLMs           int64
 }
 
-// InsertWorker inserts w and returns its instance id.
+// InsertWorker inserts w (worker worker-1, lane default, registered at 1)
+// and returns its instance id.
 func InsertWorker(t testing.TB, db store.DB, w Worker) string {
 	t.Helper()
-	if w.InstanceID == "" {
-		w.InstanceID = "inst-" + NewUUID()[:8]
-	}
-	if w.Namespace == "" {
-		w.Namespace = "default"
-	}
-	if w.TTLMs == 0 {
-		w.TTLMs = 30_000
-	}
-	_, err := db.Exec(context.Background(), `
-		INSERT INTO ff_worker_registry (partition_key, namespace, worker_instance_id, worker_id, lanes, capabilities_csv,
-		       last_heartbeat_ms, liveness_ttl_ms, registered_at_ms)
-		VALUES ($1, $2, $3, 'worker-1', '{default}', '', $4, $5, 1)`,
-		w.Partition, w.Namespace, w.InstanceID, w.LastHeartbeatMs, w.TTLMs)
-	if err != nil {
-		t.Fatalf("insert ff_worker_registry: %v", err)
-	}
-	return w.InstanceID
+	row := ffseed.WorkerRegistration{Partition: w.Partition, Namespace: w.Namespace, InstanceID: w.InstanceID,
+		LastHeartbeatMs: w.LastHeartbeatMs, TTLMs: w.TTLMs}.Defaults()
+	insert(t, db, row)
+	return row.InstanceID
 }
 
 // WorkerExists reports whether a registration is still in the registry.
