@@ -153,6 +153,21 @@ func (r *Report) Markdown() string {
 					(t.OursCPU.Machine - cc.Machine).Microseconds(), (sc.Machine - cc.Machine).Microseconds(), set)
 			}
 			p("")
+			p("Against the floor of the shape, one River job per row action: River's no-op job plus the same action done")
+			p("set-based, (c), in CPU per row. Aim: ours at no more than 1.33× the floor (at least 0.75 of its speed).")
+			p("")
+			p("| reconciler | synchronous_commit | ours | floor (no-op + set-based) | floor / ours | ≥ 0.75 |")
+			p("|---|---|---|---|---|---|")
+			for _, t := range r.Throughput {
+				if t.SetCPU.Machine == 0 || t.OursCPU.Machine == 0 {
+					continue // --ours-only: no set-based run
+				}
+				floor := r.RiverCeilingCPU[t.Commit].Machine + t.SetCPU.Machine
+				ratio := float64(floor) / float64(t.OursCPU.Machine)
+				p("| %s | %s | %d µs | %d µs | %.2f | %s |", t.Reconciler, t.Commit, t.OursCPU.Machine.Microseconds(),
+					floor.Microseconds(), ratio, verdict(ratio >= 0.75))
+			}
+			p("")
 			p("Who spent it, per row: the benchmark's process (the client: River's client and ours) and Postgres's")
 			p("processes by the pool whose connection each backend serves: River's (fetches, completions), the work pool")
 			p("(scans' reads and their inserts of row jobs, the row statements), the tick pool, the benchmark's (the no-op")
