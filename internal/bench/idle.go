@@ -274,7 +274,8 @@ func seedIdleTimers(ctx context.Context, e *env, n int) error {
 	}
 	// The background duties' rows, none due for an hour: claim grants of
 	// executions pending their claim, quota admissions, budget dedup keys,
-	// and cancel backlogs requested now (their grace runs).
+	// and cancel backlogs (requested an hour ahead: a header is due its
+	// grace, 30 s, after its request, and the idle windows last longer).
 	hour := time.Now().UnixMilli() + 3_600_000
 	for what, sql := range map[string]string{
 		"claim grants": `
@@ -299,7 +300,7 @@ func seedIdleTimers(ctx context.Context, e *env, n int) error {
 		SELECT (g % 32)::smallint, 'bench-usage-' || g, '{}'::jsonb, 1, $1::bigint FROM generate_series(1, 1000) AS g`,
 		"cancel backlogs": `
 		INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
-		SELECT (g % 256)::smallint, gen_random_uuid(), $1::bigint - 3600000, '', 'bench', 'cancel_flow_only', 'pending'
+		SELECT (g % 256)::smallint, gen_random_uuid(), $1::bigint, '', 'bench', 'cancel_flow_only', 'pending'
 		  FROM generate_series(1, 1000) AS g`,
 	} {
 		if _, err := e.pool.Exec(ctx, sql, hour); err != nil {
