@@ -2,12 +2,16 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffreconcile/internal/ffread"
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -42,34 +46,42 @@ const membersPerFlow = 10
 // grace_until_ms NULL, as FlowFabric's header leaves it) and
 // membersPerFlow member rows (wire ids) of live executions of the flow.
 func (e *env) seedBacklogs(ctx context.Context, n int) error {
+	start := time.Now()
 	requested := time.Now().Add(-time.Hour).UnixMilli()
 	flows := n / membersPerFlow
-	stmts := []string{
-		`INSERT INTO ff_flow_core (partition_key, flow_id, public_flow_state, created_at_ms, terminal_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('bflow' || g)::uuid, 'cancelled', $2::bigint - 60000, $2::bigint,
-		        '{"namespace": "bench", "cancellation_policy": "cancel_flow_only", "cancel_reason": "bench cancel"}'
-		   FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
-		 SELECT (g % 256)::smallint, md5('bflow' || g)::uuid, $2::bigint, '', 'bench cancel', 'cancel_flow_only', 'pending'
-		   FROM generate_series(1, $1) AS g`,
-		`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		        eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-		 SELECT (g % 256)::smallint, md5('bmember' || g || '-' || m)::uuid, md5('bflow' || g)::uuid, 'default', 'runnable',
-		        'unowned', 'eligible_now', 'waiting', 'pending_first_attempt', $2::bigint - 60000, '{"namespace": "bench"}'
-		   FROM generate_series(1, $1) AS g, generate_series(1, ` + fmt.Sprint(membersPerFlow) + `) AS m`,
-		`INSERT INTO ff_cancel_backlog_member (partition_key, flow_id, execution_id)
-		 SELECT (g % 256)::smallint, md5('bflow' || g)::uuid, '{fp:' || (g % 256) || '}:' || md5('bmember' || g || '-' || m)::uuid
-		   FROM generate_series(1, $1) AS g, generate_series(1, ` + fmt.Sprint(membersPerFlow) + `) AS m`,
+	flow := func(g int) (int16, string) { return int16(g % 256), ffseed.MD5UUID("bflow" + strconv.Itoa(g)) }
+	member := func(i int) (int16, string, string) {
+		g, m := i/membersPerFlow+1, i%membersPerFlow+1
+		p, f := flow(g)
+		return p, f, ffseed.MD5UUID("bmember" + strconv.Itoa(g) + "-" + strconv.Itoa(m))
 	}
-	for i, s := range stmts {
-		args := []any{flows, requested}
-		if i == len(stmts)-1 {
-			args = args[:1] // the member rows need no time
-		}
-		if _, err := e.pool.Exec(ctx, s, args...); err != nil {
-			return fmt.Errorf("seed cancel backlogs: %w", err)
-		}
+	raw := json.RawMessage(`{"namespace": "bench", "cancellation_policy": "cancel_flow_only", "cancel_reason": "bench cancel"}`)
+	err := errors.Join(
+		ffseed.InsertSeries(ctx, e.pool, flows, func(i int) ffseed.FlowCore {
+			p, f := flow(i + 1)
+			return ffseed.FlowCore{Partition: p, FlowID: f, State: "cancelled", CreatedAtMs: requested - 60_000,
+				TerminalAtMs: ffseed.Ms(requested), RawFields: raw}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, flows, func(i int) ffseed.CancelBacklog {
+			p, f := flow(i + 1)
+			return ffseed.CancelBacklog{Partition: p, FlowID: f, RequestedAtMs: requested, Reason: "bench cancel",
+				Policy: "cancel_flow_only"}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, flows*membersPerFlow, func(i int) ffseed.Exec {
+			p, f, id := member(i)
+			return ffseed.Exec{Partition: p, ID: id, FlowID: f, LifecyclePhase: "runnable", OwnershipState: "unowned",
+				EligibilityState: "eligible_now", PublicState: "waiting", AttemptState: "pending_first_attempt",
+				CreatedAtMs: requested - 60_000, RawFields: benchRaw}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, flows*membersPerFlow, func(i int) ffseed.CancelBacklogMember {
+			p, f, id := member(i)
+			return ffseed.CancelBacklogMember{Partition: p, FlowID: f, ExecutionID: ffseed.WireID(p, id)}
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("seed cancel backlogs: %w", err)
 	}
+	e.seeded("backlog", start)
 	return e.settle(ctx, true)
 }
 
