@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -572,4 +573,108 @@ func waitForBackendLockWait(t *testing.T, db store.DB, pid uint32) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestDispatchCompletionsIsOneByOne: the events of a partition dispatched
+// in one transaction (DispatchCompletions, as the fleet's coalescer runs
+// them) write exactly what dispatching them one after another writes, on two
+// copies of the same flows: groups sharing a batch (a pending hop then a
+// deciding one, written set-based), an impossible downstream with its skip
+// event, a missing group and a missing downstream, a sibling cancel and
+// re-satisfactions (written statement by statement), satisfied groups alone
+// (set-based, without skip events), a standalone execution,
+// an event given twice and one already dispatched. A regression is a
+// counter, flag, state or skip event that differs, or a result that does.
+func TestDispatchCompletionsIsOneByOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t).Pool
+	type copyOf struct {
+		p       int16
+		batches [][]int64
+		groups  []flowFixture // flow and downstream of each group
+	}
+	build := func(p int16) copyOf {
+		c := copyOf{p: p}
+		a := newFlow(t, pool, p, `{"kind":"all_of"}`, 2, "acme")
+		b := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "acme")
+		d := newFlow(t, pool, p, `{"kind":"quorum","k":2,"on_satisfied":"let_run"}`, 3, "")
+		e := newFlow(t, pool, p, `{"kind":"any_of","on_satisfied":"cancel_remaining"}`, 3, "")
+		// a's first upstream also leads to a downstream without a group,
+		// b's to a group without a downstream.
+		fftest.InsertEdge(t, pool, p, a.flow, a.ups[0], fftest.NewUUID(), `{"kind":"all_of"}`)
+		ghost := fftest.NewUUID()
+		fftest.Link(t, pool, p, b.flow, `{"kind":"all_of"}`, ghost, b.ups[0])
+		f1 := newFlow(t, pool, p, `{"kind":"all_of"}`, 1, "")
+		f2 := newFlow(t, pool, p, `{"kind":"any_of","on_satisfied":"let_run"}`, 2, "")
+		c.groups = []flowFixture{a, b, d, e, f1, f2, {flow: b.flow, down: ghost}}
+		standalone := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
+		done := fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: standalone, Outcome: "success"})
+		dispatch(t, pool, p, done)
+		a0 := a.emit(t, pool, 0, "success")
+		c.batches = [][]int64{
+			{a0, b.emit(t, pool, 0, "failed"), a.emit(t, pool, 1, "success"), d.emit(t, pool, 0, "success"),
+				d.emit(t, pool, 1, "failed"), d.emit(t, pool, 2, "success"), a0, done,
+				fftest.InsertCompletion(t, pool, fftest.Completion{Partition: p, ExecutionID: standalone, Outcome: "success"})},
+			{e.emit(t, pool, 0, "success"), e.emit(t, pool, 1, "success"), e.emit(t, pool, 2, "failed")},
+			{f1.emit(t, pool, 0, "success"), f2.emit(t, pool, 0, "failed"), f2.emit(t, pool, 1, "success")},
+		}
+		return c
+	}
+	one, batched := build(31), build(32)
+	type hopView struct {
+		Decision                                    store.Decision
+		Changed, Flagged, GroupMissing, DownMissing bool
+		SkipEvent, OddPolicy                        bool
+	}
+	view := func(r store.CompletionResult) string {
+		// Hops go in downstream order, which the two copies' random ids
+		// do not share.
+		hops := make([]string, len(r.Hops))
+		for i, h := range r.Hops {
+			hops[i] = fmt.Sprintf("%+v", hopView{h.Decision, h.Changed, h.Flagged, h.GroupMissing, h.DownstreamMissing, h.SkipEventID != 0, h.OddPolicy})
+		}
+		slices.Sort(hops)
+		return fmt.Sprintf("%s %s %v %+v", r.Outcome, r.EventOutcome, r.UnknownOutcome, hops)
+	}
+	var got, want []string
+	for _, batch := range one.batches {
+		for _, id := range batch {
+			want = append(want, view(dispatch(t, pool, one.p, id)))
+		}
+	}
+	for _, batch := range batched.batches {
+		res, err := store.DispatchCompletions(ctx, pool, batched.p, batch, store.NowMs(), store.Filter{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range res {
+			got = append(got, view(r))
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("results in one transaction:\n%s\none by one:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	state := func(c copyOf) string {
+		var b strings.Builder
+		for _, g := range c.groups {
+			gr := fftest.ReadGroup(t, pool, c.p, g.flow, g.down)
+			fmt.Fprintf(&b, "group s%d f%d k%d r%d flag %v members %d\n", gr.Success, gr.Fail, gr.Skip, gr.Running, gr.Flag, len(gr.Members))
+			if g.ups != nil {
+				ex := fftest.ReadExec(t, pool, c.p, g.down)
+				fmt.Fprintf(&b, "downstream %s %s %s %s %s %v\n", ex.LifecyclePhase, ex.EligibilityState, ex.PublicState,
+					ex.AttemptState, fftest.Deref(ex.BlockingReason), ex.TerminalAtMs != nil)
+			}
+		}
+		fmt.Fprintf(&b, "undispatched %d, skip events %d, pending cancels %d",
+			fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event WHERE partition_key = $1 AND dispatched_at_ms IS NULL`, c.p),
+			fftest.Count(t, pool, `SELECT count(*) FROM ff_completion_event WHERE partition_key = $1 AND outcome = 'skipped'
+			   AND namespace = 'acme' AND instance_tag = 'i-acme'`, c.p),
+			fftest.Count(t, pool, `SELECT count(*) FROM ff_pending_cancel_groups WHERE partition_key = $1`, c.p))
+		return b.String()
+	}
+	if g, w := state(batched), state(one); g != w {
+		t.Fatalf("rows after one transaction:\n%s\nafter one by one:\n%s", g, w)
+	}
+	t.Logf("%s", state(one))
 }

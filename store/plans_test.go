@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -186,6 +187,43 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		t.Fatalf("grants: %d, policies: %d, dedup keys: %d, %v", len(grants), len(policies), len(dedupKeys), err)
 	}
 
+	// A partition of flows for the dependency dispatch (a partition of
+	// its own, whose completion events no other statement here reads):
+	// each of partitionRows upstreams with an edge into a group of its own
+	// whose downstream is blocked, and a completion event each, half of
+	// them dispatched.
+	const dp = p + 1
+	if _, err := db.Pool.Exec(ctx, `
+		WITH d AS (
+			SELECT gen_random_uuid() AS down, gen_random_uuid() AS flow, gen_random_uuid() AS up, g
+			  FROM generate_series(1, $2::int) AS g
+		), dx AS (
+			INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
+			       eligibility_state, public_state, attempt_state, created_at_ms)
+			SELECT $1, down, flow, 'l', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1 FROM d
+		), ed AS (
+			INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+			SELECT $1, flow, gen_random_uuid(), up, down, '{"kind": "all_of"}' FROM d
+		), gr AS (
+			INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
+			SELECT $1, flow, down, '{"kind": "all_of"}', 1 FROM d
+		)
+		INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms,
+		       dispatched_at_ms)
+		SELECT $1, up, flow, 'success', 1, 1, CASE WHEN g % 2 = 0 THEN 1 END FROM d`, dp, partitionRows); err != nil {
+		t.Fatal(err)
+	}
+	var events []int64
+	var depFlows, depDowns []string
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT array_agg(c.event_id ORDER BY c.event_id), array_agg(e.flow_id::text ORDER BY c.event_id),
+		       array_agg(e.downstream_eid::text ORDER BY c.event_id)
+		  FROM (SELECT * FROM ff_completion_event WHERE partition_key = $1 AND dispatched_at_ms IS NULL ORDER BY event_id LIMIT $2) c
+		  JOIN ff_edge e ON e.partition_key = $1 AND e.flow_id = c.flow_id AND e.upstream_eid = c.execution_id`, dp, batch).
+		Scan(&events, &depFlows, &depDowns); err != nil || len(events) != batch || len(depDowns) != batch {
+		t.Fatalf("completion events: %d, %v", len(events), err)
+	}
+
 	type statement struct {
 		name string
 		sql  string
@@ -212,6 +250,14 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		// The cancel backlog's cancel of a header's live members (locked
 		// and filtered before it), here active with their attempts.
 		{name: "CancelBacklogMembers", sql: cancelBacklogMembersSQL, args: []any{p, active, now, "reason", BacklogCancelSource}},
+		// The dependency dispatch of a batch of the partition's events.
+		// The claim reads the partition's undispatched events through
+		// ff_completion_event_pending_dispatch_idx (see claimSQL).
+		{name: "ClaimCompletions", sql: fmt.Sprintf(claimSQL, ""), args: []any{dp, events, now}, byPartition: []string{"ff_completion_event"}},
+		{name: "LockEdgeGroups", sql: lockGroupsSQL, args: []any{dp, depFlows, depDowns}},
+		// Not yet here: eligibleSQL and decidedSQL read this test's
+		// partition of 10,000 blocked downstreams whole (docs/performance.md,
+		// open).
 	}
 	// Retention's trim of a batch of the partition's 10,000 ended
 	// executions, terminal and cancelled: its doomed CTE reads the

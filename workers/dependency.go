@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/coalesce"
 	"github.com/flowfabric/ffreconcile/internal/notifylisten"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -52,8 +53,34 @@ var Dependency = define[jobs.DependencyTickArgs, jobs.DependencyScanArgs](Reconc
 	id, _ := strconv.ParseInt(x.ID, 10, 64) // the scan's event_id::text
 	return jobs.DependencyDispatchArgs{Partition: p, EventID: id}
 }, func(d *deps) river.Worker[jobs.DependencyDispatchArgs] {
-	return &dependencyWorker{d: d, slots: make(chan struct{}, DependencyTransactions)}
+	return &dependencyWorker{d: d, dispatches: coalesce.New(coalesce.Config{
+		MaxBatch: d.cfg.RowBatch, InFlight: DependencyTransactions, Timeout: RowTimeout,
+	}, func(ctx context.Context, p int16, ids []int64) ([]store.CompletionResult, error) {
+		return store.DispatchCompletions(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter, enqueueSkipEvents(p))
+	})}
 })
+
+// enqueueSkipEvents is the dispatch hook of partition p: the skipped events
+// the hops wrote are dispatched by jobs inserted in the same transaction: a
+// chain of skips drains now, and a crash between the write and the insert
+// cannot happen.
+func enqueueSkipEvents(p int16) store.BatchDispatchHook {
+	return func(ctx context.Context, tx pgx.Tx, res []store.CompletionResult) error {
+		var params []river.InsertManyParams
+		for _, r := range res {
+			for _, id := range r.SkipEvents() {
+				params = append(params, river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: p, EventID: id}})
+			}
+		}
+		if len(params) == 0 {
+			return nil
+		}
+		if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertManyTx(ctx, tx, params); err != nil {
+			return fmt.Errorf("enqueue dispatch of %d skipped events: %w", len(params), err)
+		}
+		return nil
+	}
+}
 
 // staleThreshold is how long after its commit an event is due: the
 // setting, or none when it is off.
@@ -91,47 +118,31 @@ func listenForCompletions(env ListenEnv) (Runner, error) {
 }
 
 // DependencyTransactions is the most dispatch transactions a process holds
-// open at once. Events fanning into one hot group queue on its lock, each
-// holding a connection of the work pool while it waits; without a bound,
-// River's row workers (hundreds) would take every connection and starve the
-// other reconcilers' statements. Waiting for a slot holds no connection.
+// open at once, whatever --row-statements says. Events fanning into one hot
+// group queue on its lock, each transaction holding a connection of the
+// work pool while it waits; without a bound, River's row workers (hundreds)
+// would take every connection and starve the other reconcilers'
+// statements. Waiting for a transaction holds no connection.
 const DependencyTransactions = 8
 
-// dependencyWorker dispatches one completion event.
+// dependencyWorker dispatches one completion event. Events of one partition
+// asked for while a dispatch transaction is in flight share the next one
+// (at most --row-batch, --row-statements transactions at once): one claim
+// statement, one write statement and one commit for the batch instead of
+// about seven round trips per event (store.DispatchCompletions). A batch
+// that fails is run again event by event (internal/coalesce), so one bad
+// event fails only its own job, and no hop is applied twice: a failed
+// batch rolled back every claim and hop it held.
 type dependencyWorker struct {
 	rowDefaults[jobs.DependencyDispatchArgs]
-	d     *deps
-	slots chan struct{}
+	d          *deps
+	dispatches *coalesce.Coalescer[int16, int64, store.CompletionResult]
 }
 
 func (w *dependencyWorker) Work(ctx context.Context, job *river.Job[jobs.DependencyDispatchArgs]) error {
 	a := job.Args
 	c := w.d.stats(Dependency)
-	client := river.ClientFromContext[pgx.Tx](ctx)
-	// The skipped events the hops wrote are dispatched by jobs inserted in
-	// the same transaction: a chain of skips drains now, and a crash
-	// between the write and the insert cannot happen.
-	hook := func(ctx context.Context, tx pgx.Tx, res store.CompletionResult) error {
-		ids := res.SkipEvents()
-		if len(ids) == 0 {
-			return nil
-		}
-		params := make([]river.InsertManyParams, len(ids))
-		for i, id := range ids {
-			params[i] = river.InsertManyParams{Args: jobs.DependencyDispatchArgs{Partition: a.Partition, EventID: id}}
-		}
-		if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
-			return fmt.Errorf("enqueue dispatch of %d skipped events: %w", len(ids), err)
-		}
-		return nil
-	}
-	select {
-	case w.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	res, err := store.DispatchCompletion(ctx, w.d.cfg.Pool, a.Partition, a.EventID, store.NowMs(), w.d.cfg.Filter, hook)
-	<-w.slots
+	res, err := w.dispatches.Do(ctx, a.Partition, a.EventID)
 	if err != nil {
 		c.Errors.Add(1)
 		return err

@@ -47,7 +47,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
 	f.IntAuto(&cfg.Fleet.RowStatements, "row-statements", "FF_ROW_STATEMENTS", "2, or 1 under synchronous_commit off", "ours: most row-action statements of one reconciler in flight")
 	f.Bool(&cfg.Fleet.DisableJobLogs, "no-job-logs", "FF_NO_JOB_LOGS", false, "ours: no per-job log line (River UI) for row actions")
-	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs (for tuning)")
+	f.Bool(&cfg.OursOnly, "ours-only", "FF_BENCH_OURS_ONLY", false, "throughput: run only ours, not the reference designs; dependency: leave out FlowFabric's loop (minutes) (for tuning)")
 	var (
 		soak, soakWindow time.Duration
 		soakRate         int

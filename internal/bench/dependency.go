@@ -39,6 +39,10 @@ type DependencyResult struct {
 	PrimaryP50, PrimaryP99 time.Duration
 	PrimaryMax             time.Duration
 	PrimaryStats           string
+	PrimaryServer          string // the server's settings the primary run ran with
+	// PrimaryCPU is the primary run's CPU per event, feed to drain, the
+	// feed's inserts included (the bench pool).
+	PrimaryCPU CPUCost
 }
 
 // seedDependency inserts n undispatched completion events committed an hour
@@ -121,26 +125,13 @@ func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
 	}
 	res.Ours, res.OursStats, res.OursCPU = rate, stats, cpu
 
-	// (a) FlowFabric's reconcile_tick and dispatch_completion as written.
-	if err := prepare(); err != nil {
+	// (a) FlowFabric's reconcile_tick and dispatch_completion as written
+	// (not with --ours-only: minutes at its rate).
+	if e.cfg.OursOnly {
+		e.progress("dependency: FlowFabric's loop skipped (--ours-only)")
+	} else if err := e.dependencyFF(ctx, n, prepare, &res); err != nil {
 		return res, err
 	}
-	if err := warm(ctx, e.pool, 2, workers.Dependency.Name); err != nil {
-		return res, err
-	}
-	e.progress("dependency: FlowFabric's loop")
-	s := sampleCPU()
-	start := time.Now()
-	for {
-		left, err := e.ffDependencyTick(ctx, 15*time.Second)
-		if err != nil {
-			return res, err
-		}
-		if left == 0 {
-			break
-		}
-	}
-	res.FFLoop, res.FFCPU = float64(n)/time.Since(start).Seconds(), s.per(n)
 
 	// (c) set-based, one statement per partition (all_of groups of one
 	// upstream, this data's shape).
@@ -151,8 +142,8 @@ func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
 		return res, err
 	}
 	e.progress("dependency: set-based")
-	s = sampleCPU()
-	start = time.Now()
+	s := sampleCPU()
+	start := time.Now()
 	now := store.NowMs()
 	for p := range int16(jobs.PartitionCount) {
 		if _, err := e.pool.Exec(ctx, setBasedDispatchSQL, p, now); err != nil {
@@ -173,6 +164,30 @@ func (e *env) dependency(ctx context.Context) (DependencyResult, error) {
 		return res, err
 	}
 	return res, e.reset(ctx)
+}
+
+// dependencyFF runs FlowFabric's loop over the section's data.
+func (e *env) dependencyFF(ctx context.Context, n int, prepare func() error, res *DependencyResult) error {
+	if err := prepare(); err != nil {
+		return err
+	}
+	if err := warm(ctx, e.pool, 2, workers.Dependency.Name); err != nil {
+		return err
+	}
+	e.progress("dependency: FlowFabric's loop")
+	s := sampleCPU()
+	start := time.Now()
+	for {
+		left, err := e.ffDependencyTick(ctx, 15*time.Second)
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			break
+		}
+	}
+	res.FFLoop, res.FFCPU = float64(n)/time.Since(start).Seconds(), s.per(n)
+	return nil
 }
 
 // setBasedDispatchSQL claims a partition's due events and advances their
@@ -434,6 +449,11 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 		return err
 	}
 	res.PrimaryRate = e.cfg.LatenessRate
+	if err := e.pool.QueryRow(ctx, `SELECT format('synchronous_commit %s, fsync %s, shared_buffers %s, max_connections %s',
+		current_setting('synchronous_commit'), current_setting('fsync'), current_setting('shared_buffers'),
+		current_setting('max_connections'))`).Scan(&res.PrimaryServer); err != nil {
+		return err
+	}
 	fc := e.fleetConfig()
 	fc.Settings = workers.Values{workers.DependencyStaleThreshold: workers.Off}
 	f, err := fleet.New(ctx, fc)
@@ -454,6 +474,7 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	per := max(res.PrimaryRate/10, 1)
+	cpu := sampleCPU()
 	end := time.Now().Add(e.cfg.LatenessFor)
 	for time.Now().Before(end) {
 		<-tick.C
@@ -463,6 +484,9 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 		res.PrimaryEvents += per
 	}
 	if _, err := waitDrained(ctx, time.Minute, func(ctx context.Context) (int, error) { return undispatched(ctx, e.pool) }); err != nil {
+		return err
+	}
+	if res.PrimaryCPU, err = cpu.perByPool(ctx, e.pool, res.PrimaryEvents); err != nil {
 		return err
 	}
 	lat, err := collectFloats(e.pool.Query(ctx, `SELECT (dispatched_at_ms - committed_at_ms)::float8 FROM ff_completion_event`))

@@ -380,10 +380,22 @@ func (r *Report) Markdown() string {
 		p("| | events/s | machine CPU per event | ours / it |")
 		p("|---|---|---|---|")
 		p("| ours | %.0f | %s | |", d.Ours, d.OursCPU.Machine)
-		p("| FlowFabric's loop | %.0f | %s | %.2f |", d.FFLoop, d.FFCPU.Machine, d.Ours/d.FFLoop)
+		if d.FFLoop > 0 {
+			p("| FlowFabric's loop | %.0f | %s | %.2f |", d.FFLoop, d.FFCPU.Machine, d.Ours/d.FFLoop)
+		} else {
+			p("| FlowFabric's loop | not run (--ours-only) | | |")
+		}
 		p("| set-based | %.0f | %s | %.2f |", d.SetBased, d.SetCPU.Machine, d.Ours/d.SetBased)
 		p("")
 		p("Ours: %s.", d.OursStats)
+		p("")
+		parts := make([]string, len(PostgresParts))
+		for i, part := range PostgresParts {
+			parts[i] = fmt.Sprintf("%s %d µs", part, d.OursCPU.Postgres[part].Microseconds())
+		}
+		p("Ours' machine CPU per event by who spent it: the benchmark's process (River's client and ours) %d µs; Postgres's",
+			d.OursCPU.Self.Microseconds())
+		p("processes by pool: %s.", strings.Join(parts, ", "))
 		p("")
 		p("A chain of %d downstreams made impossible one after another by a failed upstream (all_of, one upstream each),", d.ChainHops)
 		p("from the first event's dispatch to the last skip event's: ours (default interval and threshold, 15 s) %s;",
@@ -391,8 +403,16 @@ func (r *Report) Markdown() string {
 		p("FlowFabric's loop at a %s interval and a %s threshold (its module's test value; its supervisor runs 15 s and 15 s,", d.ChainFFInterval, d.ChainFFInterval)
 		p("so about 15 times this) %s.", d.ChainFF.Round(time.Millisecond))
 		p("")
-		p("Primary dispatch (`--dependency-stale-threshold 0`): %d events (one edge each) fed at %d/s into one fleet process,", d.PrimaryEvents, d.PrimaryRate)
+		p("Primary dispatch (`--dependency-stale-threshold 0`): %d events (one edge each) fed at %d/s for %s into one fleet process",
+			d.PrimaryEvents, d.PrimaryRate, r.Config.LatenessFor)
+		p("(server: %s),", d.PrimaryServer)
 		p("each event's `dispatched_at_ms − committed_at_ms`: p50 %s, p99 %s, max %s. %s.", d.PrimaryP50, d.PrimaryP99, d.PrimaryMax, d.PrimaryStats)
+		for i, part := range PostgresParts {
+			parts[i] = fmt.Sprintf("%s %d µs", part, d.PrimaryCPU.Postgres[part].Microseconds())
+		}
+		p("Machine CPU per event, feed to drain: %s; the benchmark's process (the fleet, and the feed's client) %d µs;",
+			d.PrimaryCPU.Machine, d.PrimaryCPU.Self.Microseconds())
+		p("Postgres's processes by pool (the feed's inserts are the bench pool's): %s.", strings.Join(parts, ", "))
 	}
 	if fl := r.Flows; fl.Flows > 0 {
 		p("")
