@@ -213,6 +213,11 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		SELECT $1, up, flow, 'success', 1, 1, CASE WHEN g % 2 = 0 THEN 1 END FROM d`, dp, partitionRows); err != nil {
 		t.Fatal(err)
 	}
+	// As autovacuum would after such an insert: without it, the planner
+	// takes the partition for nearly empty and reads it whole.
+	if _, err := db.Pool.Exec(ctx, `ANALYZE ff_exec_core, ff_edge, ff_edge_group, ff_completion_event`); err != nil {
+		t.Fatal(err)
+	}
 	var events []int64
 	var depFlows, depDowns []string
 	if err := db.Pool.QueryRow(ctx, `
@@ -222,6 +227,10 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		  JOIN ff_edge e ON e.partition_key = $1 AND e.flow_id = c.flow_id AND e.upstream_eid = c.execution_id`, dp, batch).
 		Scan(&events, &depFlows, &depDowns); err != nil || len(events) != batch || len(depDowns) != batch {
 		t.Fatalf("completion events: %d, %v", len(events), err)
+	}
+	decisions := make([]int32, len(depDowns))
+	for i := range decisions {
+		decisions[i] = int32(Satisfied + Decision(i%2))
 	}
 
 	type statement struct {
@@ -255,9 +264,11 @@ func TestRowStatementsReadByKey(t *testing.T) {
 		// ff_completion_event_pending_dispatch_idx (see claimSQL).
 		{name: "ClaimCompletions", sql: fmt.Sprintf(claimSQL, ""), args: []any{dp, events, now}, byPartition: []string{"ff_completion_event"}},
 		{name: "LockEdgeGroups", sql: lockGroupsSQL, args: []any{dp, depFlows, depDowns}},
-		// Not yet here: eligibleSQL and decidedSQL read this test's
-		// partition of 10,000 blocked downstreams whole (docs/performance.md,
-		// open).
+		// The writes of a batch's decided downstreams: made eligible, or
+		// decided (half satisfied, half impossible, with their skip
+		// events).
+		{name: "EligibleDownstreams", sql: eligibleSQL, args: []any{dp, depDowns}},
+		{name: "DecidedDownstreams", sql: decidedSQL, args: []any{dp, depDowns, decisions, depFlows, now}},
 	}
 	// Retention's trim of a batch of the partition's 10,000 ended
 	// executions, terminal and cancelled: its doomed CTE reads the
