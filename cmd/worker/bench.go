@@ -23,7 +23,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	var dsn, out string
 	var quick bool
 	var sections, reconcilers []string
-	f := newFlagSet("bench", "Benchmark the fleet against the seed's design on a throwaway database (created in the server\nof --database-url and dropped at the end): throughput, lateness, idle cost and scale. Prints a table and,\nwith --out, writes it as Markdown.")
+	f := newFlagSet("bench", "Benchmark the fleet against the seed's design on a throwaway database (created in the server\nof --database-url and dropped at the end): every section of --section below, or those named. Prints a table and,\nwith --out, writes it as Markdown.")
 	databaseURLFlag(f, &dsn)
 	f.String(&cfg.DBName, "bench-database", "FF_BENCH_DATABASE", cfg.DBName, "name of the throwaway database (dropped first if it exists)")
 	f.String(&out, "out", "FF_BENCH_OUT", "", "write the Markdown report to this file (e.g. docs/benchmarks.md)")
@@ -39,7 +39,9 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Strings(&leads, "lateness-lead", "FF_BENCH_LATENESS_LEAD", "how long before its deadline each lateness row is inserted; each sweep stream runs once per lead (repeatable; default 1s and 10s)")
 	f.Duration(&cfg.IdleFor, "idle-for", "FF_BENCH_IDLE_FOR", cfg.IdleFor, "idle-cost measuring window")
 	f.Int(&cfg.ScaleLarge, "scale-large", "FF_BENCH_SCALE_LARGE", cfg.ScaleLarge, "not-due rows in the large scale run")
-	f.Int(&cfg.Backlog, "backlog", "FF_BENCH_BACKLOG", cfg.Backlog, "rows in the backlog drain run")
+	f.Int(&cfg.Backlog, "backlog", "FF_BENCH_BACKLOG", cfg.Backlog, "expired leases in the scale section's backlog drain (the backlog section's size is --backlog-members)")
+	f.Int(&cfg.BacklogMembers, "backlog-members", "FF_BENCH_BACKLOG_MEMBERS", cfg.BacklogMembers, "cancel backlog members (ten per flow) the backlog section drains")
+	f.Int(&cfg.FinishedFlows, "finished-flows", "FF_BENCH_FINISHED_FLOWS", cfg.FinishedFlows, "finished flows (three members each) the flows section projects")
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
