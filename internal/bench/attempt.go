@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
@@ -40,32 +42,25 @@ func without(off ...*workers.Reconciler) func(*fleet.Config) {
 // tenant; every third one has retries left (max_retries 3), the others are
 // on their last attempt.
 func seedAttempts(ctx context.Context, e *env, n int, expiresMs int64, jitter bool, rawFields map[string]any) error {
-	if rawFields == nil {
-		rawFields = map[string]any{}
+	raw := map[string]any{"namespace": "bench", "tags": map[string]string{"cairn.instance_id": "bench-1"}}
+	for k, v := range rawFields {
+		raw[k] = v
 	}
-	raw, err := json.Marshal(rawFields)
-	if err != nil {
-		return err
-	}
-	j := 0
-	if jitter {
-		j = 1000
-	}
-	_, err = e.pool.Exec(ctx, `
-		WITH ex AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, attempt_index, created_at_ms, policy, raw_fields)
-		    SELECT (random() * 255)::smallint, gen_random_uuid(), 'bench', 'active', 'leased', 'not_applicable',
-		           'running', 'running_attempt', 0, 1,
-		           CASE WHEN g % 3 = 0 THEN '{"retry_policy": {"max_retries": 3}}'::jsonb END,
-		           $3::jsonb || jsonb_build_object('namespace', 'bench', 'tags', jsonb_build_object('cairn.instance_id', 'bench-1'))
-		      FROM generate_series(1, $1) AS g
-		    RETURNING partition_key, execution_id
-		)
-		INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, lease_epoch, lease_expires_at_ms)
-		SELECT partition_key, execution_id, 0, 'bench-worker', 1, $2::bigint - (random() * $4)::bigint FROM ex`,
-		n, expiresMs, string(raw), j)
-	return err
+	fields := rawJSON(raw)
+	keys := randomKeys(n)
+	return errors.Join(
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Exec {
+			x := ffseed.Exec{Partition: keys[i].Partition, ID: keys[i].ExecutionID, LaneID: "bench", CreatedAtMs: 1,
+				RawFields: fields}
+			if i%3 == 2 {
+				x.Policy = json.RawMessage(`{"retry_policy": {"max_retries": 3}}`)
+			}
+			return x
+		}),
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Attempt {
+			return ffseed.Attempt{Partition: keys[i].Partition, ExecutionID: keys[i].ExecutionID, WorkerID: "bench-worker",
+				LeaseEpoch: 1, LeaseExpiresAtMs: ffseed.Ms(expiresMs - jitterMs(jitter))}
+		}))
 }
 
 var attemptScenario = scenario{

@@ -9,8 +9,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -335,31 +333,25 @@ func ffHop(ctx context.Context, tx pgx.Tx, p int16, flow, down, outcome string) 
 // seedChain inserts a failed upstream whose event is due and a chain of hops
 // all_of downstreams, each blocked on the one before; it returns the last.
 func seedChain(ctx context.Context, e *env, hops int) (last string, err error) {
-	p, flow := int16(42), uuid.NewString()
-	prev := uuid.NewString()
-	if _, err := e.pool.Exec(ctx, `INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase,
-		ownership_state, eligibility_state, public_state, attempt_state, created_at_ms)
-		VALUES ($1, $2, $3, 'bench', 'terminal', 'unowned', 'not_applicable', 'failed', 'attempt_terminal', 1)`, p, prev, flow); err != nil {
-		return "", err
-	}
+	p, flow := int16(42), ffseed.NewUUID()
+	execs := []ffseed.Exec{{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "bench", LifecyclePhase: "terminal",
+		OwnershipState: "unowned", PublicState: "failed", AttemptState: "attempt_terminal", CreatedAtMs: 1}}
+	event := ffseed.CompletionEvent{Partition: p, ExecutionID: execs[0].ID, FlowID: flow, Outcome: "failed", OccurredAtMs: 1,
+		CommittedAtMs: store.NowMs() - time.Hour.Milliseconds()}
+	var edges []ffseed.Edge
+	var groups []ffseed.EdgeGroup
 	for range hops {
-		d := uuid.NewString()
-		if _, err := e.pool.Exec(ctx, `
-			WITH x AS (INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-			       eligibility_state, public_state, attempt_state, created_at_ms)
-			     VALUES ($1, $3, $2, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1)),
-			ed AS (INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-			     VALUES ($1, $2, gen_random_uuid(), $4, $3, '{"kind": "all_of"}'))
-			INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
-			VALUES ($1, $2, $3, '{"kind": "all_of"}', 1)`, p, flow, d, prev); err != nil {
-			return "", err
-		}
-		prev = d
+		prev := execs[len(execs)-1].ID
+		d := ffseed.Exec{Partition: p, ID: ffseed.NewUUID(), FlowID: flow, LaneID: "bench", LifecyclePhase: "blocked",
+			OwnershipState: "unowned", EligibilityState: "blocked_by_dependencies", PublicState: "waiting",
+			AttemptState: "pending", CreatedAtMs: 1}
+		execs = append(execs, d)
+		edges = append(edges, ffseed.Edge{Partition: p, FlowID: flow, UpstreamEID: prev, DownstreamEID: d.ID})
+		groups = append(groups, ffseed.EdgeGroup{Partition: p, FlowID: flow, DownstreamEID: d.ID, Running: 1})
 	}
-	_, err = e.pool.Exec(ctx, `INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms, committed_at_ms)
-		SELECT partition_key, execution_id, flow_id, 'failed', 1, $2 FROM ff_exec_core
-		 WHERE lifecycle_phase = 'terminal' AND flow_id = $1`, flow, store.NowMs()-time.Hour.Milliseconds())
-	return prev, err
+	err = errors.Join(ffseed.InsertMany(ctx, e.pool, execs), ffseed.InsertMany(ctx, e.pool, edges),
+		ffseed.InsertMany(ctx, e.pool, groups), ffseed.Insert(ctx, e.pool, event))
+	return execs[len(execs)-1].ID, err
 }
 
 // chainDone returns when the skipped event of last was dispatched.
@@ -509,25 +501,31 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 // seedDependencyFresh is seedDependency's shape, committed now, one edge
 // each, in one transaction.
 func seedDependencyFresh(ctx context.Context, e *env, n int) (int, error) {
-	var edges int
-	err := e.pool.QueryRow(ctx, `
-		WITH ev AS (
-		    SELECT (random() * 255)::smallint AS p, gen_random_uuid() AS flow, gen_random_uuid() AS up, gen_random_uuid() AS down
-		      FROM generate_series(1, $1)
-		), dx AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms)
-		    SELECT p, down, flow, 'bench', 'blocked', 'unowned', 'blocked_by_dependencies', 'waiting', 'pending', 1 FROM ev
-		), ed AS (
-		    INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
-		    SELECT p, flow, gen_random_uuid(), up, down, '{"kind": "all_of"}' FROM ev
-		), gr AS (
-		    INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, running_count)
-		    SELECT p, flow, down, '{"kind": "all_of"}', 1 FROM ev
-		), ce AS (
-		    INSERT INTO ff_completion_event (partition_key, execution_id, flow_id, outcome, occurred_at_ms)
-		    SELECT p, up, flow, 'success', 1 FROM ev
-		)
-		SELECT count(*) FROM ev`, n).Scan(&edges)
-	return edges, err
+	keys := randomKeys(n)
+	flows, downs := make([]string, n), make([]string, n)
+	for i := range keys {
+		flows[i], downs[i] = ffseed.NewUUID(), ffseed.NewUUID()
+	}
+	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		return errors.Join(
+			ffseed.InsertSeries(ctx, tx, n, func(i int) ffseed.Exec {
+				return ffseed.Exec{Partition: keys[i].Partition, ID: downs[i], FlowID: flows[i], LaneID: "bench",
+					LifecyclePhase: "blocked", OwnershipState: "unowned", EligibilityState: "blocked_by_dependencies",
+					PublicState: "waiting", AttemptState: "pending", CreatedAtMs: 1}
+			}),
+			ffseed.InsertSeries(ctx, tx, n, func(i int) ffseed.Edge {
+				return ffseed.Edge{Partition: keys[i].Partition, FlowID: flows[i], UpstreamEID: keys[i].ExecutionID, DownstreamEID: downs[i]}
+			}),
+			ffseed.InsertSeries(ctx, tx, n, func(i int) ffseed.EdgeGroup {
+				return ffseed.EdgeGroup{Partition: keys[i].Partition, FlowID: flows[i], DownstreamEID: downs[i], Running: 1}
+			}),
+			ffseed.InsertSeries(ctx, tx, n, func(i int) ffseed.CompletionEvent {
+				return ffseed.CompletionEvent{Partition: keys[i].Partition, ExecutionID: keys[i].ExecutionID, FlowID: flows[i],
+					OccurredAtMs: 1}
+			}))
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
 }

@@ -277,33 +277,45 @@ func seedIdleTimers(ctx context.Context, e *env, n int) error {
 	// and cancel backlogs (requested an hour ahead: a header is due its
 	// grace, 30 s, after its request, and the idle windows last longer).
 	hour := time.Now().UnixMilli() + 3_600_000
-	for what, sql := range map[string]string{
-		"claim grants": `
-		WITH ex AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms)
-		    SELECT (g % 256)::smallint, gen_random_uuid(), 'bench', 'runnable', 'unowned', 'pending_claim',
-		           'waiting', 'pending_first_attempt', 1
-		      FROM generate_series(1, 1000) AS g
-		    RETURNING partition_key, execution_id
-		)
-		INSERT INTO ff_claim_grant (partition_key, grant_id, execution_id, kind, worker_id, worker_instance_id,
-		       worker_capabilities, grant_ttl_ms, issued_at_ms, expires_at_ms)
-		SELECT partition_key, decode(md5(execution_id::text) || md5(execution_id::text || 'x'), 'hex'), execution_id,
-		       'claim', 'bench', 'bench-1', '[]'::jsonb, 3600000, 1, $1::bigint FROM ex`,
-		"quota admissions": `
-		INSERT INTO ff_quota_admitted (partition_key, quota_policy_id, execution_id, admitted_at_ms, expires_at_ms)
-		SELECT (g % 32)::smallint, 'bench-quota-' || (g % 100), '{fp:' || (g % 256) || '}:' || gen_random_uuid(), 1, $1::bigint
-		  FROM generate_series(1, 1000) AS g`,
-		"budget dedup keys": `
-		INSERT INTO ff_budget_usage_dedup (partition_key, dedup_key, outcome_json, applied_at_ms, expires_at_ms)
-		SELECT (g % 32)::smallint, 'bench-usage-' || g, '{}'::jsonb, 1, $1::bigint FROM generate_series(1, 1000) AS g`,
-		"cancel backlogs": `
-		INSERT INTO ff_cancel_backlog (partition_key, flow_id, requested_at_ms, requester, reason, cancellation_policy, status)
-		SELECT (g % 256)::smallint, gen_random_uuid(), $1::bigint, '', 'bench', 'cancel_flow_only', 'pending'
-		  FROM generate_series(1, 1000) AS g`,
+	const duties = 1000
+	pending := make([]string, duties)
+	for i := range pending {
+		pending[i] = ffseed.NewUUID()
+	}
+	for what, insert := range map[string]func() error{
+		"claim grants": func() error {
+			return errors.Join(
+				ffseed.InsertSeries(ctx, e.pool, duties, func(i int) ffseed.Exec {
+					return ffseed.Exec{Partition: int16((i + 1) % 256), ID: pending[i], LaneID: "bench", LifecyclePhase: "runnable",
+						OwnershipState: "unowned", EligibilityState: "pending_claim", PublicState: "waiting",
+						AttemptState: "pending_first_attempt", CreatedAtMs: 1}
+				}),
+				ffseed.InsertSeries(ctx, e.pool, duties, func(i int) ffseed.ClaimGrant {
+					return ffseed.ClaimGrant{Partition: int16((i + 1) % 256), ExecutionID: pending[i], WorkerID: "bench",
+						WorkerInstanceID: "bench-1", GrantTTLMs: 3_600_000, IssuedAtMs: 1, ExpiresAtMs: hour}
+				}))
+		},
+		"quota admissions": func() error {
+			return ffseed.InsertSeries(ctx, e.pool, duties, func(i int) ffseed.QuotaAdmitted {
+				g := i + 1
+				return ffseed.QuotaAdmitted{Partition: int16(g % 32), PolicyID: "bench-quota-" + strconv.Itoa(g%100),
+					ExecutionID: "{fp:" + strconv.Itoa(g%256) + "}:" + ffseed.NewUUID(), AdmittedAtMs: 1, ExpiresAtMs: hour}
+			})
+		},
+		"budget dedup keys": func() error {
+			return ffseed.InsertSeries(ctx, e.pool, duties, func(i int) ffseed.BudgetDedup {
+				return ffseed.BudgetDedup{Partition: int16((i + 1) % 32), Key: "bench-usage-" + strconv.Itoa(i+1),
+					Outcome: json.RawMessage(`{}`), AppliedAtMs: 1, ExpiresAtMs: hour}
+			})
+		},
+		"cancel backlogs": func() error {
+			return ffseed.InsertSeries(ctx, e.pool, duties, func(i int) ffseed.CancelBacklog {
+				return ffseed.CancelBacklog{Partition: int16((i + 1) % 256), FlowID: ffseed.NewUUID(), RequestedAtMs: hour,
+					Reason: "bench", Policy: "cancel_flow_only"}
+			})
+		},
 	} {
-		if _, err := e.pool.Exec(ctx, sql, hour); err != nil {
+		if err := insert(); err != nil {
 			return fmt.Errorf("seed idle %s: %w", what, err)
 		}
 	}

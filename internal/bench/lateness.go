@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
@@ -236,18 +238,16 @@ var leaseLateness = latenessRun{
 	reconciler: "lease_expiry",
 	configure:  withoutAttemptTimeout,
 	feed: func(ctx context.Context, e *env, n int, deadlineMs int64) error {
-		_, err := e.pool.Exec(ctx, `
-			WITH ex AS (
-			    INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-			           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-			    SELECT (random() * 255)::smallint, gen_random_uuid(), 'bench', 'active', 'leased', 'not_applicable',
-			           'running', 'running_attempt', 1, jsonb_build_object('bench_deadline_ms', $2::bigint)
-			      FROM generate_series(1, $1)
-			    RETURNING partition_key, execution_id
-			)
-			INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, lease_epoch, lease_expires_at_ms)
-			SELECT partition_key, execution_id, 0, 1, $2::bigint FROM ex`, n, deadlineMs)
-		return err
+		raw := rawJSON(map[string]any{"bench_deadline_ms": deadlineMs})
+		keys := randomKeys(n)
+		return errors.Join(
+			ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Exec {
+				return ffseed.Exec{Partition: keys[i].Partition, ID: keys[i].ExecutionID, LaneID: "bench", CreatedAtMs: 1, RawFields: raw}
+			}),
+			ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Attempt {
+				return ffseed.Attempt{Partition: keys[i].Partition, ExecutionID: keys[i].ExecutionID, LeaseEpoch: 1,
+					LeaseExpiresAtMs: ffseed.Ms(deadlineMs)}
+			}))
 	},
 	remaining: func(ctx context.Context, db store.DB) (int, error) {
 		var n int

@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
@@ -17,23 +19,19 @@ import (
 // ---- suspension timeout ----
 
 func seedSuspensions(ctx context.Context, e *env, n int, timeoutAt int64, jitter bool) error {
-	_, err := e.pool.Exec(ctx, `
-		WITH ex AS (
-		    INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-		           eligibility_state, public_state, attempt_state, created_at_ms, raw_fields)
-		    SELECT (random() * 255)::smallint, gen_random_uuid(), gen_random_uuid(), 'bench', 'suspended', 'unowned',
-		           'not_applicable', 'suspended', 'attempt_interrupted', 1,
-		           jsonb_build_object('namespace', 'bench', 'tags', jsonb_build_object('cairn.instance_id', 'bench-1'),
-		                              'bench_deadline_ms', $2::bigint)
-		      FROM generate_series(1, $1)
-		    RETURNING partition_key, execution_id
-		)
-		INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms, timeout_at_ms,
-		       reason_code, condition, timeout_behavior)
-		SELECT partition_key, execution_id, gen_random_uuid(), 1,
-		       $2::bigint - CASE WHEN $3 THEN (random() * 1000)::bigint ELSE 0 END,
-		       'bench', '{}'::jsonb, 'fail' FROM ex`, n, timeoutAt, jitter)
-	return err
+	raw := rawJSON(map[string]any{"namespace": "bench", "tags": map[string]string{"cairn.instance_id": "bench-1"},
+		"bench_deadline_ms": timeoutAt})
+	keys := randomKeys(n)
+	return errors.Join(
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Exec {
+			return ffseed.Exec{Partition: keys[i].Partition, ID: keys[i].ExecutionID, FlowID: ffseed.NewUUID(), LaneID: "bench",
+				LifecyclePhase: "suspended", OwnershipState: "unowned", PublicState: "suspended",
+				AttemptState: "attempt_interrupted", CreatedAtMs: 1, RawFields: raw}
+		}),
+		ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Suspension {
+			return ffseed.Suspension{Partition: keys[i].Partition, ExecutionID: keys[i].ExecutionID, SuspendedAtMs: 1,
+				TimeoutAtMs: ffseed.Ms(timeoutAt - jitterMs(jitter)), ReasonCode: "bench", Behavior: ffseed.Str("fail")}
+		}))
 }
 
 var suspensionScenario = scenario{
@@ -126,30 +124,18 @@ var suspensionLateness = latenessRun{
 
 // ---- delayed promotion ----
 
-// delayedRow is a seeded delayed execution.
-type delayedRow struct {
-	Partition   int16
-	ExecutionID string
-}
-
-func seedDelayed(ctx context.Context, e *env, n int, deadline int64, jitter bool) ([]delayedRow, error) {
-	rows, err := e.pool.Query(ctx, `
-		INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state,
-		       eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
-		SELECT (random() * 255)::smallint, gen_random_uuid(), 'bench', 'runnable', 'unowned',
-		       'not_eligible_until_time', 'delayed', 'pending_retry_attempt', 1,
-		       $2::bigint - CASE WHEN $3 THEN (random() * 1000)::bigint ELSE 0 END,
-		       jsonb_build_object('namespace', 'bench', 'bench_deadline_ms', $2::bigint)
-		  FROM generate_series(1, $1)
-		RETURNING partition_key, execution_id::text`, n, deadline, jitter)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (delayedRow, error) {
-		var d delayedRow
-		err := r.Scan(&d.Partition, &d.ExecutionID)
-		return d, err
+// seedDelayed inserts n delayed executions that fall due at deadline (up
+// to a second earlier with jitter) and returns their keys.
+func seedDelayed(ctx context.Context, e *env, n int, deadline int64, jitter bool) ([]execKey, error) {
+	raw := rawJSON(map[string]any{"namespace": "bench", "bench_deadline_ms": deadline})
+	keys := randomKeys(n)
+	err := ffseed.InsertSeries(ctx, e.pool, n, func(i int) ffseed.Exec {
+		return ffseed.Exec{Partition: keys[i].Partition, ID: keys[i].ExecutionID, LaneID: "bench",
+			LifecyclePhase: "runnable", OwnershipState: "unowned", EligibilityState: "not_eligible_until_time",
+			PublicState: "delayed", AttemptState: "pending_retry_attempt", CreatedAtMs: 1,
+			DeadlineAtMs: ffseed.Ms(deadline - jitterMs(jitter)), RawFields: raw}
 	})
+	return keys, err
 }
 
 var promotionScenario = scenario{

@@ -3,7 +3,9 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"runtime/pprof"
 	"sync"
@@ -13,11 +15,47 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/flowfabric/ffreconcile/internal/fetchwake"
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/internal/fleet"
 	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
+
+// execKey is an execution's key: its partition and id.
+type execKey struct {
+	Partition   int16
+	ExecutionID string
+}
+
+// randomKeys returns n fresh execution keys spread at random over the
+// partitions, as the seed's workload spreads its executions.
+func randomKeys(n int) []execKey {
+	keys := make([]execKey, n)
+	for i := range keys {
+		keys[i] = execKey{Partition: int16(rand.IntN(jobs.PartitionCount)), ExecutionID: ffseed.NewUUID()}
+	}
+	return keys
+}
+
+// rawJSON is raw_fields for a series of rows that share it, marshalled
+// once rather than per row.
+func rawJSON(fields map[string]any) json.RawMessage {
+	b, err := json.Marshal(fields)
+	if err != nil {
+		panic(fmt.Sprintf("bench: raw_fields %v: %v", fields, err)) // maps of strings and numbers only
+	}
+	return b
+}
+
+// jitterMs is a random 0-999 ms with jitter (rows due over a second rather
+// than all at one instant), 0 without.
+func jitterMs(jitter bool) int64 {
+	if !jitter {
+		return 0
+	}
+	return rand.Int64N(1000)
+}
 
 // rowKey identifies a due row to the reference designs.
 type rowKey struct {

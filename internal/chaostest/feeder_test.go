@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/flowfabric/ffreconcile/internal/ffseed"
 	"github.com/flowfabric/ffreconcile/store"
 )
 
@@ -178,25 +179,23 @@ type slice struct {
 func (f *feeder) insertSlice(ctx context.Context) error {
 	now := time.Now()
 	nowMs := now.UnixMilli()
-	b := &pgx.Batch{}
+	b := &seedBatch{}
 	var s slice
 	f.mu.Lock()
 	for range perSlice.leases {
 		it := &leaseItem{p: f.partition(), id: f.uuid(), attempts: 1, at: now}
 		queueExec(b, it.p, it.id, "", "active", "leased", "not_applicable", "running", "running_attempt", 0, nowMs)
-		b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-		        lease_epoch, lease_expires_at_ms, started_at_ms)
-		 VALUES ($1, $2, 0, 'chaos-worker', 'chaos-worker-i1', 1, $3, $4)`, it.p, it.id, f.soon(nowMs), nowMs-30_000)
+		b.add(ffseed.Attempt{Partition: it.p, ExecutionID: it.id, WorkerID: "chaos-worker", WorkerInstanceID: "chaos-worker-i1",
+			LeaseEpoch: 1, LeaseExpiresAtMs: ffseed.Ms(f.soon(nowMs)), StartedAtMs: ffseed.Ms(nowMs - 30_000)})
 		s.leases = append(s.leases, it)
 	}
 	for range perSlice.suspensions {
 		it := &suspensionItem{p: f.partition(), id: f.uuid(), behavior: feedBehaviors[f.behavior], arms: 1, lastArm: now}
 		f.behavior = (f.behavior + 1) % len(feedBehaviors)
 		queueExec(b, it.p, it.id, "", "suspended", "unowned", "not_applicable", "suspended", "attempt_interrupted", 0, nowMs)
-		b.Queue(`INSERT INTO ff_suspension_current (partition_key, execution_id, suspension_id, suspended_at_ms,
-		        timeout_at_ms, reason_code, condition, member_map, timeout_behavior)
-		 VALUES ($1, $2, $3, $4, $5, 'waiting_for_signal', '{"kind": "signal", "name": "approval"}'::jsonb, '{}'::jsonb, $6)`,
-			it.p, it.id, f.uuid(), nowMs-60_000, f.soon(nowMs), it.behavior)
+		b.add(ffseed.Suspension{Partition: it.p, ExecutionID: it.id, SuspensionID: f.uuid(), SuspendedAtMs: nowMs - 60_000,
+			TimeoutAtMs: ffseed.Ms(f.soon(nowMs)), ReasonCode: "waiting_for_signal",
+			Condition: json.RawMessage(`{"kind": "signal", "name": "approval"}`), Behavior: ffseed.Str(it.behavior)})
 		s.suspensions = append(s.suspensions, it)
 	}
 	for range perSlice.delayed {
@@ -216,12 +215,10 @@ func (f *feeder) insertSlice(ctx context.Context) error {
 			queueExec(b, g.p, id, g.flow, "runnable", "unowned", "eligible_now", "waiting", "pending", 0, nowMs)
 		}
 		queueExec(b, g.p, g.downstream, g.flow, "runnable", "unowned", "blocked_by_dependencies", "waiting", "pending", 0, nowMs)
-		b.Queue(`INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy, k_target,
-		        success_count, running_count, cancel_siblings_pending_flag, cancel_siblings_pending_members)
-		 VALUES ($1, $2, $3, '{"kind": "any_of", "on_satisfied": "cancel_remaining"}'::jsonb, 1, 1, $4, true, $5)`,
-			g.p, g.flow, g.downstream, len(g.siblings), g.siblings)
-		b.Queue(`INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
-		 VALUES ($1, $2, $3, $4)`, g.p, g.flow, g.downstream, nowMs)
+		b.add(ffseed.EdgeGroup{Partition: g.p, FlowID: g.flow, DownstreamEID: g.downstream,
+			Policy: `{"kind": "any_of", "on_satisfied": "cancel_remaining"}`, KTarget: 1, Success: 1,
+			Running: int32(len(g.siblings)), Flag: true, Members: g.siblings})
+		b.add(ffseed.PendingCancel{Partition: g.p, FlowID: g.flow, DownstreamEID: g.downstream, EnqueuedAtMs: nowMs})
 		s.groups = append(s.groups, g)
 	}
 	f.mu.Unlock()
@@ -232,7 +229,7 @@ func (f *feeder) insertSlice(ctx context.Context) error {
 			return err
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if err := b.send(ctx, tx); err != nil {
 			return err
 		}
 		return tx.Commit(ctx)
@@ -251,23 +248,41 @@ func (f *feeder) insertSlice(ctx context.Context) error {
 
 func (f *feeder) partition() int16 { return int16(f.rng.IntN(256)) }
 
-func queueExec(b *pgx.Batch, p int16, id, flow, phase, ownership, eligibility, public, attempt string, deadlineMs, nowMs int64) {
-	raw, _ := json.Marshal(map[string]any{
-		"namespace":        "chaos",
-		"tags":             map[string]string{"cairn.instance_id": "chaos-1"},
-		"last_mutation_at": fmt.Sprint(nowMs),
-	})
-	var flowID, deadline any
-	if flow != "" {
-		flowID = flow
+// seedBatch queues ff_* rows (ffseed) on one batch, keeping the first
+// error for its sender.
+type seedBatch struct {
+	pgx.Batch
+	err error
+}
+
+func (b *seedBatch) add(row ffseed.Row) {
+	if b.err == nil {
+		b.err = ffseed.Queue(&b.Batch, row)
 	}
+}
+
+// send sends the batch on db, after the first error of its rows if any.
+func (b *seedBatch) send(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}) error {
+	if b.err != nil {
+		return b.err
+	}
+	return db.SendBatch(ctx, &b.Batch).Close()
+}
+
+func queueExec(b *seedBatch, p int16, id, flow, phase, ownership, eligibility, public, attempt string, deadlineMs, nowMs int64) {
+	x := ffseed.Exec{Partition: p, ID: id, FlowID: flow, LifecyclePhase: phase, OwnershipState: ownership,
+		EligibilityState: eligibility, PublicState: public, AttemptState: attempt, CreatedAtMs: nowMs - 120_000,
+		RawFields: map[string]any{
+			"namespace":        "chaos",
+			"tags":             map[string]string{"cairn.instance_id": "chaos-1"},
+			"last_mutation_at": fmt.Sprint(nowMs),
+		}}
 	if deadlineMs != 0 {
-		deadline = deadlineMs
+		x.DeadlineAtMs = ffseed.Ms(deadlineMs)
 	}
-	b.Queue(`INSERT INTO ff_exec_core (partition_key, execution_id, flow_id, lane_id, lifecycle_phase, ownership_state,
-	        eligibility_state, public_state, attempt_state, created_at_ms, deadline_at_ms, raw_fields)
-	 VALUES ($1, $2, $3, 'default', $4, $5, $6, $7, $8, $9, $10, $11::jsonb)`,
-		p, id, flowID, phase, ownership, eligibility, public, attempt, nowMs-120_000, deadline, string(raw))
+	b.add(x)
 }
 
 // rearm gives a second lease to a few executions whose first one the fleet
@@ -320,10 +335,9 @@ func (f *feeder) rearm(ctx context.Context) error {
 			if err != nil || tag.RowsAffected() == 0 {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-				       lease_epoch, lease_expires_at_ms, started_at_ms)
-				VALUES ($1, $2, 1, 'chaos-worker', 'chaos-worker-i2', 2, $3, $4)`, l.p, l.id, due, nowMs-1000); err != nil {
+			if err := ffseed.Insert(ctx, tx, ffseed.Attempt{Partition: l.p, ExecutionID: l.id, AttemptIndex: 1,
+				WorkerID: "chaos-worker", WorkerInstanceID: "chaos-worker-i2", LeaseEpoch: 2, LeaseExpiresAtMs: ffseed.Ms(due),
+				StartedAtMs: ffseed.Ms(nowMs - 1000)}); err != nil {
 				return err
 			}
 			if err := tx.Commit(ctx); err != nil {
@@ -690,12 +704,11 @@ func (f *feeder) pinLease(ctx context.Context) (tx pgx.Tx, p int16, id string, e
 	f.mu.Lock()
 	it := &leaseItem{p: f.partition(), id: f.uuid(), attempts: 1, at: now, tried: true}
 	f.mu.Unlock()
-	b := &pgx.Batch{}
+	b := &seedBatch{}
 	queueExec(b, it.p, it.id, "", "active", "leased", "not_applicable", "running", "running_attempt", 0, nowMs)
-	b.Queue(`INSERT INTO ff_attempt (partition_key, execution_id, attempt_index, worker_id, worker_instance_id,
-	        lease_epoch, lease_expires_at_ms, started_at_ms)
-	 VALUES ($1, $2, 0, 'chaos-worker', 'chaos-worker-pinned', 1, $3, $4)`, it.p, it.id, nowMs+1500, nowMs-30_000)
-	if err := f.pool.SendBatch(ctx, b).Close(); err != nil {
+	b.add(ffseed.Attempt{Partition: it.p, ExecutionID: it.id, WorkerID: "chaos-worker", WorkerInstanceID: "chaos-worker-pinned",
+		LeaseEpoch: 1, LeaseExpiresAtMs: ffseed.Ms(nowMs + 1500), StartedAtMs: ffseed.Ms(nowMs - 30_000)})
+	if err := b.send(ctx, f.pool); err != nil {
 		return nil, 0, "", fmt.Errorf("pin lease: insert: %w", err)
 	}
 	f.mu.Lock()
@@ -727,11 +740,10 @@ func (f *feeder) spoil(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 	}
 	f.mu.Unlock()
-	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO ff_lease_event (execution_id, event_type, occurred_at_ms, partition_key)
-	 VALUES ($1, 'expired', 1, $2)`, l.id, l.p)
+	b := &seedBatch{}
+	b.add(ffseed.LeaseEvent{ExecutionID: l.id, EventType: "expired", OccurredAtMs: 1, Partition: int32(l.p)})
 	b.Queue(`UPDATE ff_exec_core SET eligibility_state = 'not_eligible_until_time', deadline_at_ms = 1
 	 WHERE partition_key = $1 AND execution_id = $2`, d.p, d.id)
 	b.Queue(`DELETE FROM ff_completion_event WHERE partition_key = $1 AND execution_id = $2`, su.p, su.id)
-	return pool.SendBatch(ctx, b).Close()
+	return b.send(ctx, pool)
 }
