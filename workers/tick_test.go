@@ -205,24 +205,21 @@ func TestScansOfBackToBackTicksStartWithoutAPoll(t *testing.T) {
 
 // TestRowJobsOfBackToBackScansStartWithoutAPoll: a scan committing row
 // jobs already due soon after another scan's gets them started. River
-// announces an insert at most once per queue per fetch cooldown (here 3 s):
-// the first scan's job is announced and fetched at once, the second's, a
-// moment later, is not, and the rows' queue polls only every hour here. It
-// starts because the scan announces it (the rows' waker, as for jobs
-// enqueued ahead). Without that it waits for the poll and the test times
-// out (the second row not acted on).
+// announces an insert at most once per queue per cooldown, here an hour
+// (fleet.Config.InsertNotifyCooldown): the first scan's job is announced
+// and fetched at once, the second's is not, and the rows' queue polls only
+// every hour here. It starts because the scan announces it (the rows'
+// waker, as for jobs enqueued ahead). Without that it waits for the poll
+// and the test times out (the second row not acted on).
 //
-// The first insert comes a cooldown after the fleet's start, so that its
-// fetch is not held back by the start's own. (On a machine so slow that the
-// second insert comes a cooldown after the first, River announces it and
-// the test shows nothing either way.)
+// The rows' fetch cooldown stays the default 20 ms: a fetch the first job
+// set off (its own wake-up's) is over long before the second scan inserts,
+// so nothing but the second wake-up fetches the second job.
 func TestRowJobsOfBackToBackScansStartWithoutAPoll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testdb.New(t)
-	const cooldown = 3 * time.Second
-	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), RowFetchCooldown: cooldown, FetchPollInterval: time.Hour})
-	time.Sleep(cooldown) // River's fetch limiter, primed at start, exposes no signal
+	f := fleettest.Start(t, db, fleet.Config{Reconcilers: noSweep(), InsertNotifyCooldown: time.Hour, FetchPollInterval: time.Hour})
 	for i, tt := range []deadlineRow{deadlineRows[0], deadlineRows[1]} {
 		p := int16(5 + i)
 		id := tt.insert(t, db.Pool, p, store.NowMs()-1000)

@@ -5,6 +5,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,6 +62,13 @@ type Config struct {
 	// (dependency's, as the primary dispatcher) starts listening: a test
 	// signal, since notifications before it reach nobody.
 	Listening func()
+	// InsertNotifyCooldown, when set, is the least time between two insert
+	// notifications this process's River client sends for one queue
+	// (River's Config.FetchCooldown); otherwise it is RowFetchCooldown. A
+	// test sets it long to hold River's own announcements back, so that
+	// only the fleet's wakers can start a job early, instead of waiting out
+	// a cooldown.
+	InsertNotifyCooldown time.Duration
 
 	// Filter limits the fleet to one tenant. Defaults to none.
 	Filter store.Filter
@@ -586,7 +594,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 		ID:                          cfg.ClientID,
 		Logger:                      riverLogger(cfg.Logger),
 		Queues:                      queues,
-		FetchCooldown:               cfg.RowFetchCooldown,
+		FetchCooldown:               cmp.Or(cfg.InsertNotifyCooldown, cfg.RowFetchCooldown),
 		FetchPollInterval:           cfg.FetchPollInterval,
 		JobTimeout:                  workers.RowTimeout,
 		RescueStuckJobsAfter:        cfg.RescueStuckJobsAfter,

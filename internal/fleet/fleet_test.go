@@ -165,11 +165,13 @@ func TestConfigErrorsNameTheFlag(t *testing.T) {
 
 // notSettings are the Config fields that are not settings a user gives on
 // the command line: what a Go caller wires in (pools' tracer, observers,
-// extra workers, the logger, a test signal), and the set of reconcilers
+// extra workers, the logger, a test's signal or hold on River's insert
+// notifications), and the set of reconcilers
 // with their intervals, which `worker run` builds from --reconcilers and
 // one --<name>-interval flag per reconciler.
 var notSettings = map[string]bool{
 	"Reconcilers": true, "Observer": true, "ExtraWorkers": true, "QueryTracer": true, "Logger": true, "Listening": true,
+	"InsertNotifyCooldown": true,
 }
 
 // TestEverySettingHasItsFlag: every field of Config a user sets is one of
