@@ -49,7 +49,10 @@ type statusReport struct {
 	Filter      *statusFilter `json:"filter"` // null without a filter
 	DueCap      int           `json:"due_cap"`
 	Due         []statusDue   `json:"due"`
-	Queues      []statusQueue `json:"queues"`
+	// Probed are the running reconcilers that count no due rows: a tick
+	// finds the partitions it passes by a probe of its own.
+	Probed []statusProbed `json:"probed"`
+	Queues []statusQueue  `json:"queues"`
 	// UnfinishedByKind totals the jobs of the fleet's queues that may still
 	// run, by kind.
 	UnfinishedByKind []statusKind  `json:"unfinished_jobs_by_kind"`
@@ -74,6 +77,12 @@ type statusDue struct {
 	// OutsideFilter is null without a filter.
 	OutsideFilter *int64            `json:"outside_filter"`
 	TopPartitions []statusPartition `json:"top_partitions"`
+}
+
+type statusProbed struct {
+	Reconciler string `json:"reconciler"`
+	// Partitions is how many partitions a tick would pass now.
+	Partitions int `json:"partitions"`
 }
 
 type statusPartition struct {
@@ -232,8 +241,17 @@ func readStatus(ctx context.Context, db *pgxpool.Pool, schema string, filter sto
 	}
 
 	now := store.NowMs()
+	rep.Probed = []statusProbed{}
 	for _, r := range workers.All() {
-		if !r.HasDue() || !r.On(settings) || !running[r.Name] {
+		if !r.On(settings) || !running[r.Name] {
+			continue
+		}
+		if !r.HasDue() {
+			parts, err := r.Probe(ctx, db, now, jobs.PartitionCount, filter)
+			if err != nil {
+				return nil, fmt.Errorf("%s: find its partitions: %w", r.Name, err)
+			}
+			rep.Probed = append(rep.Probed, statusProbed{Reconciler: r.Name, Partitions: len(parts)})
 			continue
 		}
 		now := r.DueAt(now, settings)
@@ -362,6 +380,14 @@ func writeStatusText(w io.Writer, rep *statusReport) error {
 		p("%s\t%s\t%s\t%s\n", d.Reconciler, due, outside, topText)
 	}
 	p("(counts stop at %d rows, shown as N+; cancel_dispatch and cancel_reconcile both count ff_pending_cancel_groups)\n\n", rep.DueCap)
+	if len(rep.Probed) > 0 {
+		p("Reconcilers without due rows (each tick probes for the partitions it passes)\n")
+		p("RECONCILER\tPARTITIONS TO PASS\n")
+		for _, pr := range rep.Probed {
+			p("%s\t%d\n", pr.Reconciler, pr.Partitions)
+		}
+		p("\n")
+	}
 
 	p("River queues (schema %s)\n", rep.RiverSchema)
 	p("QUEUE")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,9 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 	flow := fftest.NewUUID()
 	down := fftest.InsertExec(t, db.Pool, fftest.Exec{Partition: 13, FlowID: flow, Namespace: "demo"})
 	fftest.InsertPendingCancel(t, db.Pool, 13, flow, down, past)
+	// The flow, with its live member: the flow summary's probe finds its
+	// partition (and nothing else: it counts no due rows).
+	fftest.InsertFlow(t, db.Pool, 13, flow, "open", map[string]any{"namespace": "demo"})
 
 	// River jobs, inserted by an insert-only client (no fleet runs here, so
 	// they stay where they are): three row jobs available, one scan
@@ -110,6 +114,9 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 			if got := dueOf(t, rep, name); got.Due != want {
 				t.Errorf("%s: %+v; want %d due", name, got, want)
 			}
+		}
+		if want := []statusProbed{{"flow_summary", 1}}; !slices.Equal(rep.Probed, want) {
+			t.Errorf("probed %+v; want %+v", rep.Probed, want)
 		}
 		if len(rep.Queues) != 4 || rep.Queues[3].Queue != jobs.QueueTrims {
 			t.Fatalf("queues %+v; want ff_ticks, ff_control, ff_rows and ff_retention", rep.Queues)
@@ -161,6 +168,7 @@ func TestStatusOnSeededDatabase(t *testing.T) {
 			`(?m)^suspension_timeout +2 +0 +p11: 2$`,
 			`(?m)^delayed_promotion +1 +0 +p12: 1$`,
 			`(?m)^cancel_dispatch +1 +0 +p13: 1$`,
+			`(?m)^Reconcilers without due rows.*\n^RECONCILER +PARTITIONS TO PASS\n^flow_summary +1$`,
 			`(?m)^QUEUE +AVAILABLE +SCHEDULED +PENDING +RUNNING +RETRYABLE +COMPLETED +DISCARDED +CANCELLED$`,
 			`(?m)^ff_ticks +0 +0 +0 +0 +0 +0 +0 +0$`,
 			`(?m)^ff_control +0 +1 +0 +0 +0 +0 +0 +0$`,
