@@ -84,6 +84,7 @@ type DB struct {
 	// it looked like when the test got it.
 	template string
 	baseline *baseline
+	test     string // the test's name, for trace
 }
 
 // New creates a fresh database for t, migrated with River (schema
@@ -148,11 +149,17 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 			dropDatabase(name)
 			t.Fatalf("testdb: %v", err)
 		}
-		db := &DB{Name: name, URL: dbURL, Pool: pool, template: template}
+		db := &DB{Name: name, URL: dbURL, Pool: pool, template: template, test: t.Name()}
+		if claimed {
+			trace(t.Name(), "claimed", name, template)
+		} else {
+			trace(t.Name(), "cloned", name, template)
+		}
 		if reuse && readPristine(ctx, template, db) {
 			if db.baseline, err = readBaseline(ctx, db); err != nil && claimed {
 				// Not as it was offered: no test gets it.
 				t.Logf("testdb: claimed %s, then dropped it: %v", name, err)
+				trace(t.Name(), "dropped", name, "claimed, not as offered: "+err.Error())
 				pool.Close()
 				dropDatabase(name)
 				claimFirst = false
@@ -169,6 +176,7 @@ func createReusing(t testing.TB, ctx context.Context, template string, reuse boo
 			if reused {
 				release(db)
 			} else {
+				trace(db.test, "dropped", name, "no baseline")
 				dropDatabase(name)
 			}
 		})
@@ -364,7 +372,7 @@ func dirFingerprint(dir string) (string, error) {
 
 // templateRecipe is what ensureTemplate does besides the migration; it is
 // part of every template's name, so a change rebuilds the templates.
-const templateRecipe = "catalogs analyzed"
+const templateRecipe = "catalogs analyzed, filled tables recorded"
 
 // analyzeCatalogs analyzes the catalogs of the database at dbURL (not its
 // tables: an analyzed empty table is planned as one known to be empty,
@@ -424,19 +432,30 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 	}
 	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(hashtext($1))`, lock) //nolint:errcheck
 
-	markUsed := func() (string, error) {
-		comment := fmt.Sprintf("ffreconcile test template, last used %d", time.Now().Unix())
+	// markUsed marks the template used now, keeping the record of its
+	// filled tables (parseFilled), and makes it this process's.
+	markUsed := func(p *pristine) (string, error) {
+		filled := "unknown"
+		if p != nil {
+			filled = formatFilled(p)
+			// This process's server, as it is now, counts writes.
+			if trackingCounts(ctx, admin) == nil {
+				knowPristine(name, p)
+			}
+		}
+		comment := fmt.Sprintf(templateComment, time.Now().Unix(), filled)
 		if _, err := admin.Exec(ctx, "COMMENT ON DATABASE "+pgx.Identifier{name}.Sanitize()+" IS "+quoteLiteral(comment)); err != nil {
 			return "", fmt.Errorf("mark template %s used: %w", name, err)
 		}
 		return name, nil
 	}
-	var exists bool
-	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
-		return "", err
+	var comment string
+	err = admin.QueryRow(ctx, `SELECT COALESCE(shobj_description(oid, 'pg_database'), '') FROM pg_database WHERE datname = $1`, name).Scan(&comment)
+	if err == nil {
+		return markUsed(parseFilled(comment))
 	}
-	if exists {
-		return markUsed()
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", err
 	}
 	if err := dropStaleTemplates(ctx, admin, prefix, name, time.Now().Add(-templateIdle)); err != nil {
 		return "", err
@@ -456,11 +475,25 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 	if err := analyzeCatalogs(ctx, buildURL); err != nil {
 		return "", err
 	}
+	// Unknown (nil) when it cannot be read: each process then reads it
+	// from a clone of its own.
+	p, _ := readFilledAt(ctx, buildURL)
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s",
 		pgx.Identifier{building}.Sanitize(), pgx.Identifier{name}.Sanitize())); err != nil {
 		return "", err
 	}
-	return markUsed()
+	return markUsed(p)
+}
+
+// readFilledAt reads which tables of the database at dbURL, a template
+// just built, hold rows (see templateComment).
+func readFilledAt(ctx context.Context, dbURL string) (*pristine, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	return readFilled(ctx, conn)
 }
 
 // dropStaleTemplates drops, before template name is built, the templates of
