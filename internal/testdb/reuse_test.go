@@ -322,3 +322,42 @@ func TestANewTemplateDropsTheOldOnesClones(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateRecordsWhatItsClonesHold: the tables a template's comment
+// records as filled (read by every test process instead of cloning a
+// database of its own) are those an untouched clone holds rows in; a
+// comment without the record (an older version's, or "unknown") gives
+// none, so the process reads them from a clone as before. A regression
+// (a record read before the migration's last rows, or from the wrong
+// database) would let emptying truncate, or keep, the wrong tables.
+func TestTemplateRecordsWhatItsClonesHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	template := schemaTemplate(t, ctx)
+	admin, err := pgx.Connect(ctx, AdminURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var comment string
+	if err := admin.QueryRow(ctx, `SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1`, template).Scan(&comment); err != nil {
+		t.Fatal(err)
+	}
+	recorded := parseFilled(comment)
+	if recorded == nil || len(recorded.filled) == 0 {
+		t.Fatalf("template %s comment %q records no filled tables", template, comment)
+	}
+	fresh := createReusing(t, ctx, template, false)
+	read, err := readFilled(ctx, fresh.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := formatFilled(recorded), formatFilled(read); got != want {
+		t.Errorf("template records filled tables %s; an untouched clone holds rows in %s", got, want)
+	}
+	for _, c := range []string{"", "ffreconcile test template, last used 1", "ffreconcile test template, last used 1, filled oids: unknown"} {
+		if p := parseFilled(c); p != nil {
+			t.Errorf("parseFilled(%q) = %v; want nil (unknown)", c, p.filled)
+		}
+	}
+}
