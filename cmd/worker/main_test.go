@@ -427,6 +427,20 @@ func TestZeroTurnsOffWhatCanBeOff(t *testing.T) {
 	}
 }
 
+// TestStartLogSaysOff: the "starting worker" line shows a setting turned
+// off as off, as it was given (0), not as its value inside (-1ns, which
+// reads as a negative threshold), and a set one as its duration.
+func TestStartLogSaysOff(t *testing.T) {
+	t.Setenv("DATABASE_URL", "")
+	rc, err := parseRunFlags([]string{"--dependency-stale-threshold", "0", "--retention", "2h"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := settingsList(rc.fleet.Settings), "dependency-stale-threshold=off,retention=2h0m0s"; got != want {
+		t.Errorf("settings logged as %q; want %q", got, want)
+	}
+}
+
 // TestReadmeListsEveryRunFlag: README's configuration table has a row for
 // every flag `worker run --help` lists, and no row for a flag it does not
 // (every setting's flag comes from its one declaration, fleet.Config.Flags

@@ -210,7 +210,11 @@ func settingsList(v workers.Values) string {
 	var parts []string
 	for _, s := range workers.AllSettings() {
 		if d, ok := v[s]; ok && d != 0 {
-			parts = append(parts, s.Flag+"="+d.String())
+			val := d.String()
+			if d == workers.Off {
+				val = "off" // 0 on the command line; -1ns inside
+			}
+			parts = append(parts, s.Flag+"="+val)
 		}
 	}
 	return strings.Join(parts, ",")

@@ -133,8 +133,9 @@ func create(t testing.TB, ctx context.Context, template string) *DB {
 // createReusing is create, reusing databases (reuse.go) when reuse is set.
 func createReusing(t testing.TB, ctx context.Context, template string, reuse bool) *DB {
 	t.Helper()
-	// A process reads what its template's clones look like untouched
-	// from a clone of its own before it claims one (readPristine).
+	// A process claims an offered clone once it knows what the
+	// template's clones look like untouched: from the template's comment
+	// (ensureTemplate), else from a clone of its own (readPristine).
 	claimFirst := reuse && pristineKnown(template)
 	for {
 		name, claimed := clone(t, ctx, template, claimFirst)
