@@ -1,0 +1,130 @@
+package workers_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertest"
+
+	"github.com/flowfabric/ffreconcile/internal/testdb"
+	"github.com/flowfabric/ffreconcile/internal/testlog"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
+	"github.com/flowfabric/ffreconcile/workers"
+)
+
+// TestRowJobsWorkedTwiceWithRivertest works the row job of every deadline
+// reconciler with row args (deadlineRows) with rivertest, River's test
+// worker (the job inserted and worked in a transaction, no fleet, no tick,
+// no poll), twice on the same row: the first completes and applies the
+// action; the second completes and changes nothing in the row's partition
+// (every ff_* row there byte-identical: a row action is safe to run twice).
+// Each case has a database of its own built by setup, as River's own tests
+// do. A regression shows as a job that fails or is cancelled, an action not
+// applied, or a second run that writes again (a re-check under lock lost).
+// A reconciler added to deadlineRows without a case in workRowJob fails
+// here, naming its args type.
+func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
+	t.Parallel()
+	type testBundle struct {
+		db   *testdb.DB
+		logs *testlog.Buffer
+		set  *workers.Set
+	}
+	setup := func(t *testing.T) *testBundle {
+		t.Helper()
+		b := &testBundle{db: testdb.New(t), logs: &testlog.Buffer{}}
+		var err error
+		b.set, err = workers.New(workers.Config{Pool: b.db.Pool,
+			Logger: slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const p = 7
+	for _, tt := range deadlineRows {
+		if tt.rowJob == nil {
+			continue // its row jobs carry no row of their own (promotions, backlogs, events: their own tests)
+		}
+		t.Run(tt.r.Name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			deadline := store.NowMs() - 1000
+			id := tt.insert(t, b.db.Pool, p, deadline)
+			args := tt.rowJob(p, id, deadline)
+			tables := ffTables(t, b.db.Pool)
+			before := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""})
+
+			if kind := workRowJob(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
+				t.Fatalf("first run: job %s; want completed (logs: %s)", kind, b.logs.String())
+			}
+			if !tt.acted(t, b.db.Pool, p, id) {
+				t.Fatalf("first run: the row's action was not applied (logs: %s)", b.logs.String())
+			}
+			once := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""})
+			if equalRows(once, before) {
+				t.Fatal("first run changed no ff_* row of the partition")
+			}
+
+			if kind := workRowJob(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
+				t.Fatalf("second run: job %s; want completed (logs: %s)", kind, b.logs.String())
+			}
+			if twice := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""}); !equalRows(twice, once) {
+				t.Fatalf("second run changed the partition's rows:\nafter one run:  %v\nafter two runs: %v", once, twice)
+			}
+		})
+	}
+}
+
+// workRowJob works args, a row job of r, once with rivertest, in a
+// transaction of its own rolled back after (the action's writes go through
+// the set's pool and commit). rivertest's worker is typed by the args: one
+// case per row args type.
+func workRowJob(t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args river.JobArgs) river.EventKind {
+	t.Helper()
+	switch a := args.(type) {
+	case jobs.LeaseReleaseArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.SuspensionExpireArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.AttemptExpireArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.DeadlineExpireArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.WaitpointCloseArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.BudgetResetArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.ClaimGrantExpireArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.QuotaReconcileArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.BudgetDedupDeleteArgs:
+		return workTyped(t, set, r, pool, a)
+	case jobs.WorkerSweepArgs:
+		return workTyped(t, set, r, pool, a)
+	}
+	t.Fatalf("%s: no case for its row args %T in workRowJob", r.Name, args)
+	return ""
+}
+
+func workTyped[R river.JobArgs](t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args R) river.EventKind {
+	t.Helper()
+	ctx := context.Background()
+	w := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: testdb.RiverSchema}, workers.RowWorker[R](set, r))
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	res, err := w.Work(ctx, t, tx, args, nil)
+	if err != nil {
+		t.Fatalf("work %+v: %v", args, err)
+	}
+	return res.EventKind
+}
