@@ -33,6 +33,9 @@ type deadlineRow struct {
 	// rowJob is the row job of the row insert returned, as a scan would
 	// enqueue it for deadlineMs (nil: the reconciler's jobs carry none).
 	rowJob func(p int16, id string, deadlineMs int64) river.JobArgs
+	// work works one of rowJob's jobs with rivertest: workAs of its args
+	// type (rivertest's worker is typed by the args).
+	work func(t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args river.JobArgs) river.EventKind
 	// insert seeds a row of partition p falling due at deadlineMs.
 	insert func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string
 	// acted says whether the row's action has been applied.
@@ -45,6 +48,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.LeaseReleaseArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.LeaseReleaseArgs],
 		scan: func(p int16) river.JobArgs { return jobs.LeaseExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
@@ -60,6 +64,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.SuspensionExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.SuspensionExpireArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.SuspensionTimeoutScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -91,6 +96,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.AttemptExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.AttemptExpireArgs],
 		scan: func(p int16) river.JobArgs { return jobs.AttemptTimeoutScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := fftest.InsertExec(t, pool, fftest.Exec{Partition: p})
@@ -108,6 +114,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.DeadlineExpireArgs{Partition: p, ExecutionID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.DeadlineExpireArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.ExecutionDeadlineScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -123,6 +130,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.WaitpointCloseArgs{Partition: p, WaitpointID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.WaitpointCloseArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.WaitpointExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -140,6 +148,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.BudgetResetArgs{Partition: p, BudgetID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.BudgetResetArgs],
 		scan: func(p int16) river.JobArgs { return jobs.BudgetResetScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			return fftest.InsertBudget(t, pool, fftest.Budget{Partition: p, NextResetAtMs: fftest.Ms(deadlineMs)})
@@ -153,6 +162,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.ClaimGrantExpireArgs{Partition: p, GrantID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.ClaimGrantExpireArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.ClaimGrantExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -169,6 +179,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.QuotaReconcileArgs{Partition: p, QuotaPolicyID: id, ExecutionID: "{fp:1}:" + id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.QuotaReconcileArgs],
 		scan: func(p int16) river.JobArgs { return jobs.QuotaReconcileScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}} },
 		insert: func(t *testing.T, pool *pgxpool.Pool, p int16, deadlineMs int64) string {
 			id := "qp-" + fftest.NewUUID()
@@ -184,6 +195,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.BudgetDedupDeleteArgs{Partition: p, DedupKey: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.BudgetDedupDeleteArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.BudgetDedupExpiryScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},
@@ -201,6 +213,7 @@ var deadlineRows = []deadlineRow{
 		rowJob: func(p int16, id string, deadlineMs int64) river.JobArgs {
 			return jobs.WorkerSweepArgs{Partition: p, Namespace: "default", WorkerInstanceID: id, DeadlineMs: deadlineMs}
 		},
+		work: workAs[jobs.WorkerSweepArgs],
 		scan: func(p int16) river.JobArgs {
 			return jobs.WorkerRegistryTTLScanArgs{ScanArgs: jobs.ScanArgs{Partition: p}}
 		},

@@ -12,7 +12,6 @@ import (
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 	"github.com/flowfabric/ffreconcile/internal/testlog"
-	"github.com/flowfabric/ffreconcile/jobs"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -26,8 +25,7 @@ import (
 // Each case has a database of its own built by setup, as River's own tests
 // do. A regression shows as a job that fails or is cancelled, an action not
 // applied, or a second run that writes again (a re-check under lock lost).
-// A reconciler added to deadlineRows without a case in workRowJob fails
-// here, naming its args type.
+// A deadlineRow with row args but no work fails here.
 func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 	t.Parallel()
 	type testBundle struct {
@@ -53,6 +51,9 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 		}
 		t.Run(tt.r.Name, func(t *testing.T) {
 			t.Parallel()
+			if tt.work == nil {
+				t.Fatal("its deadlineRow has rowJob but no work (workAs of its row args)")
+			}
 			b := setup(t)
 			deadline := store.NowMs() - 1000
 			id := tt.insert(t, b.db.Pool, p, deadline)
@@ -60,7 +61,7 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 			tables := ffTables(t, b.db.Pool)
 			before := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""})
 
-			if kind := workRowJob(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
+			if kind := tt.work(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
 				t.Fatalf("first run: job %s; want completed (logs: %s)", kind, b.logs.String())
 			}
 			if !tt.acted(t, b.db.Pool, p, id) {
@@ -71,7 +72,7 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 				t.Fatal("first run changed no ff_* row of the partition")
 			}
 
-			if kind := workRowJob(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
+			if kind := tt.work(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
 				t.Fatalf("second run: job %s; want completed (logs: %s)", kind, b.logs.String())
 			}
 			if twice := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""}); !equalRows(twice, once) {
@@ -81,40 +82,15 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 	}
 }
 
-// workRowJob works args, a row job of r, once with rivertest, in a
-// transaction of its own rolled back after (the action's writes go through
-// the set's pool and commit). rivertest's worker is typed by the args: one
-// case per row args type.
-func workRowJob(t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args river.JobArgs) river.EventKind {
+// workAs works args, a row job of r whose args type is R, once with
+// rivertest, in a transaction of its own rolled back after (the action's
+// writes go through the set's pool and commit): deadlineRow.work.
+func workAs[R river.JobArgs](t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args river.JobArgs) river.EventKind {
 	t.Helper()
-	switch a := args.(type) {
-	case jobs.LeaseReleaseArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.SuspensionExpireArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.AttemptExpireArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.DeadlineExpireArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.WaitpointCloseArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.BudgetResetArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.ClaimGrantExpireArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.QuotaReconcileArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.BudgetDedupDeleteArgs:
-		return workTyped(t, set, r, pool, a)
-	case jobs.WorkerSweepArgs:
-		return workTyped(t, set, r, pool, a)
+	typed, ok := args.(R)
+	if !ok {
+		t.Fatalf("%s: row args %T, where its deadlineRow's work takes %T", r.Name, args, typed)
 	}
-	t.Fatalf("%s: no case for its row args %T in workRowJob", r.Name, args)
-	return ""
-}
-
-func workTyped[R river.JobArgs](t *testing.T, set *workers.Set, r *workers.Reconciler, pool *pgxpool.Pool, args R) river.EventKind {
-	t.Helper()
 	ctx := context.Background()
 	w := rivertest.NewWorker(t, riverpgxv5.New(nil), &river.Config{Schema: testdb.RiverSchema}, workers.RowWorker[R](set, r))
 	tx, err := pool.Begin(ctx)
@@ -122,9 +98,9 @@ func workTyped[R river.JobArgs](t *testing.T, set *workers.Set, r *workers.Recon
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	res, err := w.Work(ctx, t, tx, args, nil)
+	res, err := w.Work(ctx, t, tx, typed, nil)
 	if err != nil {
-		t.Fatalf("work %+v: %v", args, err)
+		t.Fatalf("work %+v: %v", typed, err)
 	}
 	return res.EventKind
 }

@@ -295,20 +295,20 @@ func TestFilteredFleetLeavesOtherTenantsAlone(t *testing.T) {
 	// Only jobs in a final state count: the fleet keeps ticking, and a
 	// later tick's scan jobs may still be available or running now (this
 	// check read "state <> 'completed'" and failed by chance under load,
-	// twice on 2026-11-29, in a fresh clone and in CI). A cancelled or
-	// discarded job stays so.
+	// twice on 2026-11-29, in a fresh clone and in CI: two flow_summary
+	// scans running). A cancelled or discarded job stays so.
 	rows, err := pool.Query(ctx, `SELECT format('%s %s %s %s', id, kind, state, coalesce(errors[array_length(errors, 1)]->>'error', ''))
 		FROM `+testdb.RiverSchema+`.river_job WHERE state IN ('cancelled', 'discarded') AND queue <> $1 AND NOT id = ANY($2) ORDER BY id`,
 		jobs.QueueTicks, injected)
 	if err != nil {
 		t.Fatal(err)
 	}
-	notCompleted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	ended, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(notCompleted) != 0 {
-		t.Errorf("%d jobs the fleet enqueued itself were cancelled or discarded (a scan enqueued rows outside its filter?): %q", len(notCompleted), notCompleted)
+	if len(ended) != 0 {
+		t.Errorf("%d jobs the fleet enqueued itself were cancelled or discarded (a scan enqueued rows outside its filter?): %q", len(ended), ended)
 	}
 	othersAfter := rowsNaming(t, pool, tables, parts, otherExec)
 	for _, table := range tables {
