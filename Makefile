@@ -65,7 +65,8 @@ install:
 # took 772 s with every tick on time where 4 x 8 took 870 s and left
 # ticks' statements timing out (Postgres plans each test's statements over
 # 256 partitions: the server's CPU is what the suite waits for). With
-# TEST_DATABASE_URL on a server with the default lock table, use 1 and 1.
+# TEST_DATABASE_URL on a server with the default lock table, use 1, 1 and 1
+# (TEST_PARALLEL_WORKERS too).
 TEST_P        ?= 2
 TEST_PARALLEL ?= 4
 # The workers package's tests mostly wait for 1 s ticks and deadlines, not

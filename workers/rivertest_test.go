@@ -2,7 +2,6 @@ package workers_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,7 +10,6 @@ import (
 	"github.com/riverqueue/river/rivertest"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
-	"github.com/flowfabric/ffreconcile/internal/testlog"
 	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
@@ -30,16 +28,15 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 	t.Parallel()
 	type testBundle struct {
 		db   *testdb.DB
-		logs *testlog.Buffer
+		logs func() string // the set's warnings and errors
 		set  *workers.Set
 	}
 	setup := func(t *testing.T) *testBundle {
 		t.Helper()
-		b := &testBundle{db: testdb.New(t), logs: &testlog.Buffer{}}
+		logger, logs := captureLogger(t)
+		b := &testBundle{db: testdb.New(t), logs: logs}
 		var err error
-		b.set, err = workers.New(workers.Config{Pool: b.db.Pool,
-			Logger: slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-		if err != nil {
+		if b.set, err = workers.New(workers.Config{Pool: b.db.Pool, Logger: logger}); err != nil {
 			t.Fatal(err)
 		}
 		return b
@@ -62,10 +59,10 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 			before := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""})
 
 			if kind := tt.work(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
-				t.Fatalf("first run: job %s; want completed (logs: %s)", kind, b.logs.String())
+				t.Fatalf("first run: job %s; want completed (logs: %s)", kind, b.logs())
 			}
 			if !tt.acted(t, b.db.Pool, p, id) {
-				t.Fatalf("first run: the row's action was not applied (logs: %s)", b.logs.String())
+				t.Fatalf("first run: the row's action was not applied (logs: %s)", b.logs())
 			}
 			once := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""})
 			if equalRows(once, before) {
@@ -73,7 +70,7 @@ func TestRowJobsWorkedTwiceWithRivertest(t *testing.T) {
 			}
 
 			if kind := tt.work(t, b.set, tt.r, b.db.Pool, args); kind != river.EventKindJobCompleted {
-				t.Fatalf("second run: job %s; want completed (logs: %s)", kind, b.logs.String())
+				t.Fatalf("second run: job %s; want completed (logs: %s)", kind, b.logs())
 			}
 			if twice := rowsNaming(t, b.db.Pool, tables, []int16{p}, []string{""}); !equalRows(twice, once) {
 				t.Fatalf("second run changed the partition's rows:\nafter one run:  %v\nafter two runs: %v", once, twice)

@@ -375,7 +375,7 @@ func dirFingerprint(dir string) (string, error) {
 // part of every template's name, so a change rebuilds the templates.
 const templateRecipe = "catalogs analyzed, filled tables recorded"
 
-// analyzeCatalogs analyzes the catalogs of the database at dbURL (not its
+// analyzeCatalogs analyzes the catalogs of conn's database (not its
 // tables: an analyzed empty table is planned as one known to be empty,
 // unlike the same table in a database FlowFabric migrated). The migration
 // wrote their rows by the ten thousand while they had no statistics, for
@@ -383,12 +383,7 @@ const templateRecipe = "catalogs analyzed, filled tables recorded"
 // them in the template (clones made before and after would differ) and in
 // every test database whose TRUNCATEs change 50 rows of pg_class, writing
 // pg_statistic, which reuse.go then takes for the test's doing.
-func analyzeCatalogs(ctx context.Context, dbURL string) error {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
+func analyzeCatalogs(ctx context.Context, conn *pgx.Conn) error {
 	rows, err := conn.Query(ctx, `SELECT format('%I.%I', 'pg_catalog', relname) FROM pg_class
 		WHERE relnamespace = 'pg_catalog'::regnamespace AND relkind = 'r' AND NOT relisshared ORDER BY 1`)
 	if err != nil {
@@ -402,6 +397,24 @@ func analyzeCatalogs(ctx context.Context, dbURL string) error {
 		return fmt.Errorf("analyze catalogs: %w", err)
 	}
 	return nil
+}
+
+// finishTemplate, on one connection to the database at dbURL, a template
+// just migrated, analyzes its catalogs (analyzeCatalogs) and reads which of
+// its tables hold rows (templateComment): nil when they cannot be read (the
+// server counts no writes), and each process then reads them from a clone
+// of its own.
+func finishTemplate(ctx context.Context, dbURL string) (*pristine, error) {
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	if err := analyzeCatalogs(ctx, conn); err != nil {
+		return nil, err
+	}
+	p, _ := readFilled(ctx, conn)
+	return p, nil
 }
 
 // templateIdle is how long a template of another DDL version is kept
@@ -473,28 +486,15 @@ func ensureTemplate(ctx context.Context, prefix, fingerprint string, migrate fun
 	if err := migrate(ctx, buildURL); err != nil {
 		return "", err
 	}
-	if err := analyzeCatalogs(ctx, buildURL); err != nil {
+	p, err := finishTemplate(ctx, buildURL)
+	if err != nil {
 		return "", err
 	}
-	// Unknown (nil) when it cannot be read: each process then reads it
-	// from a clone of its own.
-	p, _ := readFilledAt(ctx, buildURL)
 	if _, err := admin.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s",
 		pgx.Identifier{building}.Sanitize(), pgx.Identifier{name}.Sanitize())); err != nil {
 		return "", err
 	}
 	return markUsed(p)
-}
-
-// readFilledAt reads which tables of the database at dbURL, a template
-// just built, hold rows (see templateComment).
-func readFilledAt(ctx context.Context, dbURL string) (*pristine, error) {
-	conn, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(ctx)
-	return readFilled(ctx, conn)
 }
 
 // dropStaleTemplates drops, before template name is built, the templates of
