@@ -334,12 +334,26 @@ func DispatchCompletion(ctx context.Context, db Beginner, partition int16, event
 // statements) pipelined in one, and the commit; a probe more when an event
 // was not claimed or a decided downstream did not change.
 func DispatchCompletions(ctx context.Context, db Beginner, partition int16, eventIDs []int64, nowMs int64, f Filter, hook BatchDispatchHook) ([]CompletionResult, error) {
+	return dispatchCompletions(ctx, db, nil, partition, eventIDs, nowMs, f, hook)
+}
+
+// DispatchCompletionsOnLeaves is DispatchCompletions with every statement
+// naming the leaf partitions of partition (leaves) instead of FlowFabric's
+// parents: for a connection that keeps a generic plan of each statement
+// (plan_cache_mode force_generic_plan) and sees few partitions, so that a
+// dispatch plans nothing once the connection has run it for the partition.
+// Each plan costs the connection ~30-60 KB (docs/performance.md).
+func DispatchCompletionsOnLeaves(ctx context.Context, db Beginner, leaves *Leaves, partition int16, eventIDs []int64, nowMs int64, f Filter, hook BatchDispatchHook) ([]CompletionResult, error) {
+	return dispatchCompletions(ctx, db, leaves, partition, eventIDs, nowMs, f, hook)
+}
+
+func dispatchCompletions(ctx context.Context, db Beginner, lv *Leaves, partition int16, eventIDs []int64, nowMs int64, f Filter, hook BatchDispatchHook) ([]CompletionResult, error) {
 	var res []CompletionResult
 	var err error
 	for try := 1; ; try++ {
 		res = make([]CompletionResult, len(eventIDs))
 		err = inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
-			claimed, err := dispatchInTx(ctx, tx, partition, eventIDs, nowMs, f, res)
+			claimed, err := dispatchInTx(ctx, tx, lv, partition, eventIDs, nowMs, f, res)
 			if err != nil || !claimed {
 				return false, err
 			}
@@ -488,9 +502,9 @@ func advance(g *groupState, k groupKey, b Bucket, upstream string) hopWrite {
 // dispatchInTx claims the events, locks their groups, takes every hop's
 // decision on them, and writes; claimed reports whether any event was
 // claimed.
-func dispatchInTx(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []int64, nowMs int64, f Filter, res []CompletionResult) (claimed bool, err error) {
+func dispatchInTx(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, eventIDs []int64, nowMs int64, f Filter, res []CompletionResult) (claimed bool, err error) {
 	p := params{partition, eventIDs, nowMs}
-	rows, err := tx.Query(ctx, fmt.Sprintf(claimSQL, f.columnsSQL(&p, "r")), p...)
+	rows, err := tx.Query(ctx, lv.sql(fmt.Sprintf(claimSQL, f.columnsSQL(&p, "r")), partition), p...)
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
 	}
@@ -502,7 +516,7 @@ func dispatchInTx(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []in
 	if err != nil {
 		return false, fmt.Errorf("claim: %w", err)
 	}
-	groups, err := lockGroups(ctx, tx, partition, claim)
+	groups, err := lockGroups(ctx, tx, lv, partition, claim)
 	if err != nil {
 		return false, err
 	}
@@ -544,7 +558,7 @@ func dispatchInTx(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []in
 		h.Decision, h.OddPolicy, h.Flagged = w.decision, g.odd, w.cancel
 		writes = append(writes, w)
 	}
-	if err := probeUnclaimed(ctx, tx, partition, eventIDs, res); err != nil {
+	if err := probeUnclaimed(ctx, tx, lv, partition, eventIDs, res); err != nil {
 		return false, err
 	}
 	if len(writes) == 0 {
@@ -553,14 +567,14 @@ func dispatchInTx(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []in
 	// One hop: its own statement (hopSatisfiedSQL and the others) plans in
 	// less time than the batch's two.
 	if len(writes) > 1 && independent(writes) {
-		return claimed, writeHopsAtOnce(ctx, tx, partition, writes, nowMs, res)
+		return claimed, writeHopsAtOnce(ctx, tx, lv, partition, writes, nowMs, res)
 	}
-	return claimed, writeHopsInTurn(ctx, tx, partition, writes, nowMs, res)
+	return claimed, writeHopsInTurn(ctx, tx, lv, partition, writes, nowMs, res)
 }
 
 // lockGroups locks the groups the claimed events' edges lead to
 // (lockGroupsSQL) and returns them as they stand.
-func lockGroups(ctx context.Context, tx pgx.Tx, partition int16, claim []claimRow) (map[groupKey]*groupState, error) {
+func lockGroups(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, claim []claimRow) (map[groupKey]*groupState, error) {
 	groups := map[groupKey]*groupState{}
 	var flows, downs []string
 	for _, x := range claim {
@@ -593,9 +607,9 @@ func lockGroups(ctx context.Context, tx pgx.Tx, partition int16, claim []claimRo
 	var err error
 	if len(flows) == 1 {
 		// One group: the scalar form plans in a quarter of the time.
-		rows, err = tx.Query(ctx, lockGroupSQL, partition, flows[0], downs[0])
+		rows, err = tx.Query(ctx, lv.sql(lockGroupSQL, partition), partition, flows[0], downs[0])
 	} else {
-		rows, err = tx.Query(ctx, lockGroupsSQL, partition, flows, downs)
+		rows, err = tx.Query(ctx, lv.sql(lockGroupsSQL, partition), partition, flows, downs)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock edge groups: %w", err)
@@ -620,7 +634,7 @@ func lockGroups(ctx context.Context, tx pgx.Tx, partition int16, claim []claimRo
 // probeUnclaimed tells the events that were not claimed (their result still
 // zero) outside the filter (undispatched, so left to another fleet) from
 // those already claimed or gone. Index: ff_completion_event's primary key.
-func probeUnclaimed(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []int64, res []CompletionResult) error {
+func probeUnclaimed(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, eventIDs []int64, res []CompletionResult) error {
 	var ids []int64
 	for i, id := range eventIDs {
 		if res[i].Outcome == 0 {
@@ -631,8 +645,8 @@ func probeUnclaimed(ctx context.Context, tx pgx.Tx, partition int16, eventIDs []
 	if len(ids) == 0 {
 		return nil
 	}
-	rows, err := tx.Query(ctx, `SELECT event_id FROM ff_completion_event
-		 WHERE partition_key = $1 AND event_id = ANY($2::bigint[]) AND dispatched_at_ms IS NULL`, partition, ids)
+	rows, err := tx.Query(ctx, lv.sql(`SELECT event_id FROM ff_completion_event
+		 WHERE partition_key = $1 AND event_id = ANY($2::bigint[]) AND dispatched_at_ms IS NULL`, partition), partition, ids)
 	if err != nil {
 		return fmt.Errorf("probe events: %w", err)
 	}
@@ -799,7 +813,7 @@ SELECT x.execution_id::text, COALESCE(ev.event_id, 0) FROM x LEFT JOIN ev ON ev.
 // decidedSQL for the groups decided, in one round trip. A deciding hop whose
 // downstream did not change is probed apart (probeDownstreams): rare, and
 // a reference to ff_exec_core in the statements would be planned every time.
-func writeHopsAtOnce(ctx context.Context, tx pgx.Tx, partition int16, writes []hopWrite, nowMs int64, res []CompletionResult) error {
+func writeHopsAtOnce(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, writes []hopWrite, nowMs int64, res []CompletionResult) error {
 	// One row per group: its last hop's counters. A pending hop changes no
 	// downstream and reads none (hopPendingSQL): its Hop stays as it is.
 	row := make(map[groupKey]int, len(writes))
@@ -827,13 +841,13 @@ func writeHopsAtOnce(ctx context.Context, tx pgx.Tx, partition int16, writes []h
 	}
 	b := &pgx.Batch{}
 	for j := range flows {
-		b.Queue(hopGroupSQL, partition, flows[j], downs[j], success[j], fail[j], skip[j], running[j])
+		b.Queue(lv.sql(hopGroupSQL, partition), partition, flows[j], downs[j], success[j], fail[j], skip[j], running[j])
 	}
 	switch {
 	case skips:
-		b.Queue(decidedSQL, partition, decDowns, decisions, decFlows, nowMs)
+		b.Queue(lv.sql(decidedSQL, partition), partition, decDowns, decisions, decFlows, nowMs)
 	case len(decDowns) > 0:
-		b.Queue(eligibleSQL, partition, decDowns)
+		b.Queue(lv.sql(eligibleSQL, partition), partition, decDowns)
 	}
 	br := tx.SendBatch(ctx, b)
 	for range flows {
@@ -876,7 +890,7 @@ func writeHopsAtOnce(ctx context.Context, tx pgx.Tx, partition int16, writes []h
 	if len(unchanged) == 0 {
 		return nil
 	}
-	existing, err := probeDownstreams(ctx, tx, partition, unchanged)
+	existing, err := probeDownstreams(ctx, tx, lv, partition, unchanged)
 	if err != nil {
 		return err
 	}
@@ -889,9 +903,9 @@ func writeHopsAtOnce(ctx context.Context, tx pgx.Tx, partition int16, writes []h
 
 // probeDownstreams returns which of downs have an ff_exec_core row. Index:
 // ff_exec_core's primary key.
-func probeDownstreams(ctx context.Context, tx pgx.Tx, partition int16, downs []string) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT execution_id::text FROM ff_exec_core
-		 WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])`, partition, downs)
+func probeDownstreams(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, downs []string) ([]string, error) {
+	rows, err := tx.Query(ctx, lv.sql(`SELECT execution_id::text FROM ff_exec_core
+		 WHERE partition_key = $1 AND execution_id = ANY($2::uuid[])`, partition), partition, downs)
 	if err != nil {
 		return nil, fmt.Errorf("probe downstreams: %w", err)
 	}
@@ -905,7 +919,7 @@ func probeDownstreams(ctx context.Context, tx pgx.Tx, partition int16, downs []s
 // writeHopsInTurn writes hops that depend on each other's writes one
 // statement each, in order (each sees the ones before it), pipelined in one
 // round trip: FlowFabric's statements for its three decisions.
-func writeHopsInTurn(ctx context.Context, tx pgx.Tx, partition int16, writes []hopWrite, nowMs int64, res []CompletionResult) error {
+func writeHopsInTurn(ctx context.Context, tx pgx.Tx, lv *Leaves, partition int16, writes []hopWrite, nowMs int64, res []CompletionResult) error {
 	b := &pgx.Batch{}
 	for _, w := range writes {
 		args := []any{partition, w.key.flow, w.key.down, w.success, w.fail, w.skip, w.running, nowMs}
@@ -920,7 +934,7 @@ func writeHopsInTurn(ctx context.Context, tx pgx.Tx, partition int16, writes []h
 		default:
 			sql, args = hopPendingSQL, args[:7]
 		}
-		b.Queue(sql, args...)
+		b.Queue(lv.sql(sql, partition), args...)
 	}
 	br := tx.SendBatch(ctx, b)
 	for _, w := range writes {
@@ -982,4 +996,37 @@ func UndispatchedEvents(ctx context.Context, db Beginner, ids []int64, f Filter)
 		return nil, fmt.Errorf("read notified completion events: %w", err)
 	}
 	return keys, nil
+}
+
+// DispatchTables are the tables a completion event's dispatch names: the
+// Leaves DispatchCompletionsOnLeaves needs (LoadLeaves(ctx, db,
+// DispatchTables...)).
+var DispatchTables = []string{"ff_completion_event", "ff_edge", "ff_edge_group", "ff_exec_core", "ff_pending_cancel_groups"}
+
+// WarmDispatchOnLeaves has db's connection plan, for each of partitions, the
+// statements a single event's dispatch runs most (the claim, the lock of one
+// group, a pending and a satisfied hop: DispatchCompletionsOnLeaves), with
+// keys that match no row, in a transaction rolled back. On a connection
+// with plan_cache_mode force_generic_plan each plan is then cached with its
+// prepared statement, as after the partition's first event; the rarer hop
+// statements are planned when first needed. f must be the filter the
+// dispatches use: it is part of the claim's text. For a benchmark's
+// connections, and a process that wants its first events fast.
+func WarmDispatchOnLeaves(ctx context.Context, db Beginner, leaves *Leaves, partitions []int16, f Filter) error {
+	return inTx(ctx, db, func(tx pgx.Tx) (bool, error) {
+		const none = "00000000-0000-0000-0000-000000000000"
+		for _, p := range partitions {
+			claim := params{p, []int64{-1}, int64(0)}
+			hop := []any{p, none, none, int32(0), int32(0), int32(0), int32(0)}
+			b := &pgx.Batch{}
+			b.Queue(leaves.sql(fmt.Sprintf(claimSQL, f.columnsSQL(&claim, "r")), p), claim...)
+			b.Queue(leaves.sql(lockGroupSQL, p), hop[:3]...)
+			b.Queue(leaves.sql(hopPendingSQL, p), hop...)
+			b.Queue(leaves.sql(hopSatisfiedSQL, p), hop...)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return false, fmt.Errorf("warm the dispatch statements of partition %d: %w", p, err)
+			}
+		}
+		return false, nil
+	})
 }

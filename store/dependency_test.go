@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/fftest"
 	"github.com/flowfabric/ffreconcile/internal/testdb"
@@ -126,14 +127,127 @@ func dispatch(t *testing.T, db store.Beginner, p int16, id int64) store.Completi
 
 // TestDispatchCascade runs FlowFabric's own cascade scenarios
 // (pg_dispatch_dependency.rs) and the bad rows it tolerates through
-// DispatchCompletion, checking every value the hop writes. A regression is
-// a counter, state, sibling list or skip event that differs from what
-// FlowFabric's dispatcher writes for the same event.
+// DispatchCompletion, checking every value the hop writes, and again through
+// DispatchCompletionsOnLeaves on a connection set as a fleet's dispatch
+// lanes are (generic plans of the leaves' statements). A regression is a
+// counter, state, sibling list or skip event that differs from what
+// FlowFabric's dispatcher writes for the same event, on either path.
 func TestDispatchCascade(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t).Pool
+	db := testdb.New(t)
+	lane := openLane(t, db)
+	leaves, err := store.LoadLeaves(ctx, db.Pool, store.DispatchTables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("LeavesAreWherePostgresPutsRows", func(t *testing.T) { testLeavesAreWherePostgresPutsRows(t, db.Pool, leaves) })
+	t.Run("Parents", func(t *testing.T) { testDispatchCascade(t, db.Pool, dispatch) })
+	t.Run("Leaves", func(t *testing.T) {
+		// Half the scenarios' partitions warmed first, as a benchmark's
+		// lanes are: their dispatches then run on the cached plans.
+		if err := store.WarmDispatchOnLeaves(ctx, lane, leaves, []int16{3, 5, 7, 9, 11}, store.Filter{}); err != nil {
+			t.Fatal(err)
+		}
+		testDispatchCascade(t, db.Pool, func(t *testing.T, _ store.Beginner, p int16, id int64) store.CompletionResult {
+			t.Helper()
+			res, err := store.DispatchCompletionsOnLeaves(ctx, lane, leaves, p, []int64{id}, store.NowMs(), store.Filter{}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return res[0]
+		})
+		// Every statement the lane ran names leaves and was planned
+		// generically: no custom plan over a parent, and none at all.
+		var statements, custom, generic int64
+		var parents []string
+		if err := lane.QueryRow(ctx, `
+			SELECT count(*), sum(custom_plans), sum(generic_plans),
+			       coalesce(array_agg(statement) FILTER (WHERE statement ~ '(FROM|UPDATE|JOIN) ff_[a-z_]+ '), '{}')
+			  FROM pg_prepared_statements WHERE statement ~ 'ff_' AND statement !~ 'pg_prepared_statements'`).Scan(&statements, &custom, &generic, &parents); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("lane: %d statements, %d generic plans", statements, generic)
+		if statements == 0 || custom != 0 || generic < statements || len(parents) > 0 {
+			t.Errorf("lane's prepared statements: %d, custom plans %d, generic plans %d, naming a parent: %q", statements, custom, generic, parents)
+		}
+	})
+}
 
+// openLane opens a pool of one connection to db with the session settings
+// of a fleet's dispatch lane (internal/fleet).
+func openLane(t *testing.T, db *testdb.DB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
+	lane, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lane.Close)
+	return lane
+}
+
+// testLeavesAreWherePostgresPutsRows: for every partition key and every
+// table a dispatch names, the leaf LoadLeaves gave (lv) is the one Postgres
+// routes a row of that key to (tableoid of rows inserted for keys 0-255,
+// rolled back). A regression dispatches against the wrong leaf: its claim
+// finds no event, its hops no group, and the event is read as already
+// dispatched.
+func testLeavesAreWherePostgresPutsRows(t *testing.T, pool *pgxpool.Pool, lv *store.Leaves) {
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	inserts := map[string]string{
+		"ff_completion_event": `INSERT INTO ff_completion_event (partition_key, execution_id, outcome, occurred_at_ms)
+			SELECT k, gen_random_uuid(), 'success', 1 FROM generate_series(0, 255) k RETURNING partition_key, tableoid::regclass::text`,
+		"ff_edge": `INSERT INTO ff_edge (partition_key, flow_id, edge_id, upstream_eid, downstream_eid, policy)
+			SELECT k, gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), gen_random_uuid(), '{}' FROM generate_series(0, 255) k
+			RETURNING partition_key, tableoid::regclass::text`,
+		"ff_edge_group": `INSERT INTO ff_edge_group (partition_key, flow_id, downstream_eid, policy)
+			SELECT k, gen_random_uuid(), gen_random_uuid(), '{}' FROM generate_series(0, 255) k RETURNING partition_key, tableoid::regclass::text`,
+		"ff_exec_core": `INSERT INTO ff_exec_core (partition_key, execution_id, lane_id, lifecycle_phase, ownership_state, eligibility_state,
+			       public_state, attempt_state, created_at_ms)
+			SELECT k, gen_random_uuid(), 'l', 'runnable', 'unowned', 'eligible_now', 'waiting', 'pending', 1 FROM generate_series(0, 255) k
+			RETURNING partition_key, tableoid::regclass::text`,
+		"ff_pending_cancel_groups": `INSERT INTO ff_pending_cancel_groups (partition_key, flow_id, downstream_eid, enqueued_at_ms)
+			SELECT k, gen_random_uuid(), gen_random_uuid(), 1 FROM generate_series(0, 255) k RETURNING partition_key, tableoid::regclass::text`,
+	}
+	for _, table := range store.DispatchTables {
+		rows, err := tx.Query(ctx, inserts[table])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var (
+				k    int16
+				leaf string
+			)
+			if err := rows.Scan(&k, &leaf); err != nil {
+				t.Fatal(err)
+			}
+			if got := lv.Of(table, k); got != leaf {
+				t.Errorf("%s, partition key %d: LoadLeaves says %s, Postgres put the row in %s", table, k, got, leaf)
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil || n != 256 {
+			t.Fatalf("%s: %d rows, %v", table, n, err)
+		}
+	}
+}
+
+func testDispatchCascade(t *testing.T, pool *pgxpool.Pool, dispatch func(*testing.T, store.Beginner, int16, int64) store.CompletionResult) {
+	ctx := context.Background()
 	t.Run("AllOfHappyPath", func(t *testing.T) {
 		f := newFlow(t, pool, 3, `{"kind":"all_of"}`, 3, "acme")
 		for i := range 3 {

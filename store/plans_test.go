@@ -328,6 +328,89 @@ func TestRowStatementsReadByKey(t *testing.T) {
 			}
 		})
 	}
+
+	// The dispatch statements as a fleet's dispatch lanes run them: naming
+	// the partition's leaves, with a generic plan (PREPARE, then EXPLAIN
+	// EXECUTE: the plan a lane caches). A generic plan cannot see the
+	// batch's size or keys, so one that reads the partition would cost
+	// O(partition) at every single event.
+	lv, err := LoadLeaves(ctx, db.Pool, DispatchTables...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lane, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lane.Release()
+	for _, set := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
+		if _, err := lane.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hop := []any{int16(dp), depFlows[0], depDowns[0], int32(1), int32(0), int32(0), int32(0)}
+	for _, tt := range []statement{
+		{name: "ClaimCompletion", sql: fmt.Sprintf(claimSQL, ""), args: []any{int16(dp), events[:1], now}},
+		{name: "ClaimCompletions", sql: fmt.Sprintf(claimSQL, ""), args: []any{int16(dp), events, now}},
+		{name: "LockEdgeGroup", sql: lockGroupSQL, args: hop[:3]},
+		{name: "LockEdgeGroups", sql: lockGroupsSQL, args: []any{int16(dp), depFlows, depDowns}},
+		{name: "HopPending", sql: hopPendingSQL, args: hop},
+		{name: "HopSatisfied", sql: hopSatisfiedSQL, args: hop},
+		{name: "HopSatisfiedCancel", sql: hopSatisfiedCancelSQL, args: append(slices.Clip(hop), now, depFlows[1])},
+		{name: "HopImpossible", sql: hopImpossibleSQL, args: append(slices.Clip(hop), now)},
+		{name: "EligibleDownstreams", sql: eligibleSQL, args: []any{int16(dp), depDowns}},
+		{name: "DecidedDownstreams", sql: decidedSQL, args: []any{int16(dp), depDowns, decisions, depFlows, now}},
+	} {
+		t.Run("Leaves/"+tt.name, func(t *testing.T) {
+			// A prepared statement outlives a rollback: deallocated after.
+			if _, err := lane.Exec(ctx, "PREPARE leaf_statement AS "+lv.sql(tt.sql, dp)); err != nil {
+				t.Fatal(err)
+			}
+			defer lane.Exec(ctx, "DEALLOCATE leaf_statement")
+			tx, err := lane.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			// EXECUTE takes no parameters of the outer statement: the
+			// arguments as literals, which the prepared types coerce.
+			literals := make([]string, len(tt.args))
+			for i, a := range tt.args {
+				literals[i] = sqlLiteral(t, a)
+			}
+			var plan []map[string]any
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE leaf_statement("+strings.Join(literals, ", ")+")").Scan(&plan); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(fmt.Sprint(plan), "$1") {
+				t.Errorf("not a generic plan (no parameter in it): %v", plan)
+			}
+			for rel, n := range rowsRead(plan[0]["Plan"].(map[string]any)) {
+				t.Logf("%s: %d rows read", rel, n)
+				if n > 3*batch {
+					t.Errorf("%d rows of %s read for a batch of at most %d: the generic plan reads the partition, not its keys", n, rel, batch)
+				}
+			}
+		})
+	}
+}
+
+// sqlLiteral writes a statement argument as an untyped SQL literal.
+func sqlLiteral(t *testing.T, a any) string {
+	t.Helper()
+	quote := func(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+	switch v := a.(type) {
+	case int16, int32, int64, int:
+		return fmt.Sprint(v)
+	case string:
+		return quote(v)
+	case []int64, []int32:
+		return quote(strings.NewReplacer("[", "{", "]", "}", " ", ",").Replace(fmt.Sprint(v)))
+	case []string:
+		return quote("{" + strings.Join(v, ",") + "}")
+	}
+	t.Fatalf("no literal for %T", a)
+	return ""
 }
 
 // childSuffix is a hash partition's suffix (ff_attempt_p007).

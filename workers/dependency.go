@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,19 +47,54 @@ var Dependency = define[jobs.DependencyTickArgs, jobs.DependencyScanArgs](Reconc
 	Interval: 15 * time.Second,
 	Due:      store.CompletionEvents,
 	Settings: []*Setting{DependencyStaleThreshold},
-	Behind:   staleThreshold,
+	Behind:   tickBehind,
+	Lanes:    true,
 	Tables:   []string{"ff_completion_event", "ff_edge", "ff_edge_group", "ff_pending_cancel_groups", "ff_exec_core"},
 	Listen:   listenForCompletions,
 }, func(p int16, x store.DueRow) jobs.DependencyDispatchArgs {
 	id, _ := strconv.ParseInt(x.ID, 10, 64) // the scan's event_id::text
 	return jobs.DependencyDispatchArgs{Partition: p, EventID: id}
 }, func(d *deps) river.Worker[jobs.DependencyDispatchArgs] {
+	leaves := &leafCache{}
 	return &dependencyWorker{d: d, dispatches: coalesce.New(coalesce.Config{
 		MaxBatch: d.cfg.RowBatch, InFlight: DependencyTransactions, Timeout: RowTimeout,
 	}, func(ctx context.Context, p int16, ids []int64) ([]store.CompletionResult, error) {
+		// A single event (every event of a primary dispatcher's steady
+		// stream) on its partition's lane, with plans cached there; a batch
+		// plans its statements once for all its events, on Pool.
+		if lanes := d.cfg.DispatchLanes; len(ids) == 1 && len(lanes) > 0 {
+			if lv := leaves.get(ctx, d); lv != nil {
+				return store.DispatchCompletionsOnLeaves(ctx, lanes[int(p)%len(lanes)], lv, p, ids, store.NowMs(), d.cfg.Filter, enqueueSkipEvents(p))
+			}
+		}
 		return store.DispatchCompletions(ctx, d.cfg.Pool, p, ids, store.NowMs(), d.cfg.Filter, enqueueSkipEvents(p))
 	})}
 })
+
+// leafCache holds the dispatch tables' leaves (store.LoadLeaves), read once.
+// A failed read is logged and tried again a minute later; meanwhile
+// dispatches run on the parents' statements.
+type leafCache struct {
+	mu       sync.Mutex
+	leaves   *store.Leaves
+	failedAt time.Time
+}
+
+func (c *leafCache) get(ctx context.Context, d *deps) *store.Leaves {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leaves != nil || time.Since(c.failedAt) < time.Minute {
+		return c.leaves
+	}
+	lv, err := store.LoadLeaves(ctx, d.cfg.Pool, store.DispatchTables...)
+	if err != nil {
+		c.failedAt = time.Now()
+		d.log().Warn("dependency: single events dispatched on the parent tables' statements", "reconciler", "dependency", "error", err)
+		return nil
+	}
+	c.leaves = lv
+	return lv
+}
 
 // enqueueSkipEvents is the dispatch hook of partition p: the skipped events
 // the hops wrote are dispatched by jobs inserted in the same transaction: a
@@ -85,6 +121,25 @@ func enqueueSkipEvents(p int16) store.BatchDispatchHook {
 // staleThreshold is how long after its commit an event is due: the
 // setting, or none when it is off.
 func staleThreshold(v Values) time.Duration { return max(v.Get(DependencyStaleThreshold), 0) }
+
+// PrimaryTickGrace is how long after its commit a completion event is the
+// ticks' when the fleet is the primary dispatcher: before that it is the
+// listener's, which dispatches it within ~0.1 s. Ticks taking every
+// undispatched event raced the listener: each scanned every partition that
+// held a fresh event and re-offered its job, and at 1,000 events/s those
+// bursts of scans held the dispatches back ~300 ms every 15 s, doubling
+// their p99 (docs/performance.md). An event whose notification was missed
+// (a listener reconnecting) waits at most a tick interval and this.
+const PrimaryTickGrace = 5 * time.Second
+
+// tickBehind is how long after its commit an event is due for the ticks:
+// the stale threshold, or PrimaryTickGrace when it is off.
+func tickBehind(v Values) time.Duration {
+	if !v.On(DependencyStaleThreshold) {
+		return PrimaryTickGrace
+	}
+	return staleThreshold(v)
+}
 
 // completionChannel is FlowFabric's completion notification channel
 // (ff_notify_completion_event): its payload is the event id.

@@ -55,6 +55,9 @@ type Reconciler struct {
 	// Partitions is the number of partitions its tick walks, 0..N-1.
 	// Defaults to the flow partitions (Config.PartitionCount).
 	Partitions func(Config) int
+	// Lanes: its row actions run some statements on Config.DispatchLanes,
+	// which a fleet opens only for a reconciler that says so.
+	Lanes bool
 	// Behind, when set, is how long after their Due.At its rows fall due
 	// under the fleet's settings: its ticks and scans compare the rows with
 	// now less it (DueAt).

@@ -89,6 +89,14 @@ type Config struct {
 	// costs a fraction of a millisecond (docs/performance.md). Defaults to
 	// Pool.
 	TickPool *pgxpool.Pool
+	// DispatchLanes run the dependency reconciler's single-event dispatches,
+	// partition p's on lane p % len(DispatchLanes), each statement naming
+	// the partition's leaves (store.DispatchCompletionsOnLeaves). Give each
+	// lane one connection with plan_cache_mode force_generic_plan: a lane
+	// then plans a statement once per partition it serves, and caches
+	// plans for its share of the 256 partitions only. Defaults to none:
+	// every dispatch runs on Pool with custom plans.
+	DispatchLanes []*pgxpool.Pool
 	// Filter limits the fleet to one tenant. Defaults to none: every row.
 	Filter store.Filter
 	// Running is the set of reconcilers the fleet ticks (the same in every

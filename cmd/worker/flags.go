@@ -104,6 +104,9 @@ func (f *flagSet) settings(flags []fleet.Flag) {
 		switch p := s.Value.(type) {
 		case *int:
 			v = (*positiveInt)(p)
+			if s.CanBeOff {
+				v = &offInt{p: p}
+			}
 		case *time.Duration:
 			v = &cliDuration{set: func(d time.Duration) { *p = d }, canBeOff: s.CanBeOff}
 		case interface{ SetDuration(time.Duration) }:
@@ -252,6 +255,31 @@ func (i *positiveInt) String() string {
 
 // cliDuration is a duration given on the command line: positive, or 0 to
 // turn off a setting that can be off (workers.Off).
+// offInt is a count that can be off: 0 on the command line is the
+// config's -1 (off), as a duration's 0 is workers.Off.
+type offInt struct{ p *int }
+
+func (i *offInt) Set(v string) error {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("%q is not a whole number", v)
+	}
+	if n < 0 {
+		return errors.New("must not be negative (0 turns it off)")
+	}
+	*i.p = n
+	if n == 0 {
+		*i.p = -1
+	}
+	return nil
+}
+func (i *offInt) String() string {
+	if i == nil || i.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(max(*i.p, 0))
+}
+
 type cliDuration struct {
 	set      func(time.Duration)
 	canBeOff bool

@@ -54,6 +54,8 @@ func TestBadInvocationsFailWithOneClearLine(t *testing.T) {
 		{"InstanceTagWithoutEquals", []string{"run", "--instance-tag", "cairn.instance_id"}, 2, "want KEY=VALUE"},
 		{"UnknownReconciler", []string{"run", "--reconcilers", "lease_expiry,nope"}, 2, `unknown reconciler "nope"`},
 		{"RowBatchOutOfRange", []string{"run", "--row-batch", "5000"}, 2, "--row-batch 5000: out of range 1..1000"},
+		{"DispatchLanesOutOfRange", []string{"run", "--dispatch-lanes", "65"}, 2, "--dispatch-lanes 65: out of range 1..64 (0 on the command line, -1 in fleet.Config: none)"},
+		{"DispatchLanesNegative", []string{"run", "--dispatch-lanes", "-1"}, 2, "--dispatch-lanes -1: must not be negative (0 turns it off)"},
 		{"LookaheadTooLong", []string{"run", "--lookahead", "6s"}, 2, "--lookahead 6s: too long (at most 5s)"},
 		{"BenchUnknownReconciler", []string{"bench", "--reconciler", "promote"}, 2, `unknown reconciler "promote"`},
 		{"BenchUnknownCommit", []string{"bench", "--commit", "sometimes"}, 2, `unknown --commit "sometimes"`},

@@ -141,6 +141,9 @@ type Options struct {
 	// ending its context, which an idle backend's cancel cannot answer,
 	// so each interruption would take cancelGrace.
 	CancelOnServer bool
+	// Lazy opens no connection until the pool's first use: no ping, for a
+	// pool of a server another pool of the process has reached already.
+	Lazy bool
 }
 
 // Validate checks that dsn parses, without connecting.
@@ -190,6 +193,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) 
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", Redact(dsn), Scrub(err, dsn))
+	}
+	if opts.Lazy {
+		return pool, nil
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

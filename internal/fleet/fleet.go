@@ -95,6 +95,10 @@ type Config struct {
 	// put on Postgres is RowStatements, not this. Defaults to
 	// DefaultWorkConns.
 	WorkConns int
+	// DispatchLanes is how many one-connection pools run the dependency
+	// reconciler's single-event dispatches (Fleet.DispatchLanes); -1 for
+	// none (--dispatch-lanes 0). Defaults to DefaultDispatchLanes.
+	DispatchLanes int
 	// RowBatch is the most row actions of one partition that share one
 	// statement (1 turns sharing off). Defaults to workers.DefaultRowBatch.
 	RowBatch int
@@ -201,6 +205,7 @@ type Config struct {
 const (
 	DefaultRowWorkers            = 256
 	DefaultWorkConns             = 24
+	DefaultDispatchLanes         = 8 // the dependency reconciler's transactions in flight
 	DefaultRowFetchCooldown      = 20 * time.Millisecond
 	DefaultFetchPollInterval     = time.Second
 	DefaultCompletedJobRetention = 10 * time.Minute
@@ -215,9 +220,14 @@ type Fleet struct {
 	RiverPool *pgxpool.Pool // River's own queries: fetch, complete, leadership
 	WorkPool  *pgxpool.Pool // the reconcilers' SQL
 	TickPool  *pgxpool.Pool // the ticks' whole-table queries, with cached generic plans
-	Client    *river.Client[pgx.Tx]
-	Workers   *workers.Set
-	Metrics   *metrics.Metrics
+	// DispatchLanes are the dependency reconciler's single-event dispatch
+	// connections (workers.Config.DispatchLanes), one pool of one
+	// connection each; none when no reconciler run wants them
+	// (workers.Reconciler.Lanes).
+	DispatchLanes []*pgxpool.Pool
+	Client        *river.Client[pgx.Tx]
+	Workers       *workers.Set
+	Metrics       *metrics.Metrics
 	// ConnTag is the tag every connection of the process carries at the
 	// end of its application_name (store.ConnTagged), recorded with its
 	// heartbeat; empty with PollOnly.
@@ -455,6 +465,31 @@ func New(ctx context.Context, cfg Config) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Config: cfg, RiverPool: riverPool, WorkPool: workPool, TickPool: tickPool, ConnTag: tag}
+	if slices.ContainsFunc(cfg.running(), func(r *workers.Reconciler) bool { return r.Lanes }) && cfg.DispatchLanes > 0 {
+		// One connection per lane, so that each caches the generic plans
+		// of its share of the partitions only: 256/8 partitions × the ~3
+		// statements of an event × 30-60 KB each, about 5 MB a lane,
+		// where every work connection caching every partition's would
+		// hold ~45 MB (docs/performance.md).
+		for range cfg.DispatchLanes {
+			lane, err := dbconn.Open(ctx, cfg.DatabaseURL, dbconn.Options{
+				MaxConns: 1, AppName: store.ConnTagged("ffreconcile-work-dispatch", tag), Tracer: tracer, Lazy: true,
+				RuntimeParams: map[string]string{
+					// Every statement on a lane names leaf partitions
+					// (store.DispatchCompletionsOnLeaves), or River's
+					// unpartitioned river_job for the skip events' jobs.
+					"plan_cache_mode":    "force_generic_plan",
+					"synchronous_commit": cfg.SynchronousCommit,
+					"enable_seqscan":     "off",
+				},
+			})
+			if err != nil {
+				f.Close()
+				return nil, err
+			}
+			f.DispatchLanes = append(f.DispatchLanes, lane)
+		}
+	}
 	if err := f.build(ctx, periodicJobs); err != nil {
 		f.Close()
 		return nil, err
@@ -483,7 +518,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 			}
 			return f.Client.ID()
 		},
-		Pools: map[string]*pgxpool.Pool{"river": f.RiverPool, "work": f.WorkPool, "tick": f.TickPool},
+		Pools: f.pools(),
 	})
 	var wake, wakeScans func(time.Time)
 	if !cfg.PollOnly {
@@ -517,6 +552,7 @@ func (f *Fleet) build(ctx context.Context, periodicJobs []*river.PeriodicJob) er
 	set, err := workers.New(workers.Config{
 		Pool:                 f.WorkPool,
 		TickPool:             f.TickPool,
+		DispatchLanes:        f.DispatchLanes,
 		Filter:               cfg.Filter,
 		Running:              workers.RunningOf(cfg.Reconcilers),
 		BatchSize:            cfg.BatchSize,
@@ -885,9 +921,21 @@ func (f *Fleet) Close() {
 		f.stopBeat()
 		f.stopBeat = nil
 	}
+	for _, lane := range f.DispatchLanes {
+		lane.Close()
+	}
 	f.TickPool.Close()
 	f.WorkPool.Close()
 	f.RiverPool.Close()
+}
+
+// pools are the process's connection pools by name, as metrics label them.
+func (f *Fleet) pools() map[string]*pgxpool.Pool {
+	m := map[string]*pgxpool.Pool{"river": f.RiverPool, "work": f.WorkPool, "tick": f.TickPool}
+	for i, lane := range f.DispatchLanes {
+		m[fmt.Sprintf("dispatch-%d", i)] = lane
+	}
+	return m
 }
 
 // observers passes lateness to each of its non-nil observers.

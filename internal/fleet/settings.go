@@ -30,7 +30,8 @@ type Flag struct {
 	// Value is what the flag sets, pointing into the Config: *int,
 	// *string, *bool, *time.Duration, or a flag.Value.
 	Value any
-	// CanBeOff: workers.Off turns it off (a duration).
+	// CanBeOff: workers.Off (a duration) or -1 (a count) turns it off; 0
+	// on the command line.
 	CanBeOff bool
 	// Secret: the value is never printed.
 	Secret bool
@@ -156,6 +157,27 @@ func (c *Config) Flags() []Flag {
 		intRange("RowWorkers", "row-workers", &c.RowWorkers, DefaultRowWorkers, 1, 10000,
 			"row jobs River runs at once by this process (most wait for their row's statement)"),
 		intRange("WorkConns", "work-conns", &c.WorkConns, DefaultWorkConns, 2, 1000, "connections for row statements, scans and ticks"),
+		{Flag: "dispatch-lanes", Field: "DispatchLanes", Value: &c.DispatchLanes, Default: fmt.Sprint(DefaultDispatchLanes),
+			Help: "connections of the dependency reconciler's single-event dispatches, each with the generic plans of its share of the " +
+				"partitions (about 5 MB a lane with 8; 0: none, every dispatch on the work pool with custom plans)",
+			CanBeOff: true,
+			setDefault: func() {
+				if c.DispatchLanes == 0 {
+					c.DispatchLanes = DefaultDispatchLanes
+				}
+			},
+			problem: func() string {
+				if c.DispatchLanes != -1 && (c.DispatchLanes < 1 || c.DispatchLanes > 64) {
+					return "out of range 1..64 (0 on the command line, -1 in fleet.Config: none)"
+				}
+				return ""
+			},
+			shown: func() string {
+				if c.DispatchLanes == -1 {
+					return "off"
+				}
+				return fmt.Sprint(c.DispatchLanes)
+			}},
 		intRange("RowBatch", "row-batch", &c.RowBatch, workers.DefaultRowBatch, 1, 1000,
 			"most row actions of one partition sharing one statement (1: one statement per row)"),
 		commitLevel("SynchronousCommit", "synchronous-commit", &c.SynchronousCommit, "on",
