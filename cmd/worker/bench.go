@@ -34,6 +34,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.DependencyEvents, "dependency-events", "FF_BENCH_DEPENDENCY_EVENTS", cfg.DependencyEvents, "completion events the dependency section dispatches per design")
 	f.Int(&cfg.NotDueFactor, "not-due-factor", "FF_BENCH_NOT_DUE_FACTOR", cfg.NotDueFactor, "not-due rows per due row")
 	f.Int(&cfg.LatenessRate, "lateness-rate", "FF_BENCH_LATENESS_RATE", cfg.LatenessRate, "rows becoming due per second in lateness runs")
+	f.Int(&cfg.PrimaryRate, "primary-rate", "FF_BENCH_PRIMARY_RATE", cfg.PrimaryRate, "completion events per second fed to the dependency section's primary dispatcher")
 	f.Duration(&cfg.LatenessFor, "lateness-for", "FF_BENCH_LATENESS_FOR", cfg.LatenessFor, "length of each lateness run")
 	var leads []string
 	f.Strings(&leads, "lateness-lead", "FF_BENCH_LATENESS_LEAD", "how long before its deadline each lateness row is inserted; each sweep stream runs once per lead (repeatable; default 1s and 10s)")
@@ -44,6 +45,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.FinishedFlows, "finished-flows", "FF_BENCH_FINISHED_FLOWS", cfg.FinishedFlows, "finished flows (three members each) the flows section projects")
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
+	f.Int(&cfg.Fleet.DispatchLanes, "dispatch-lanes", "FF_DISPATCH_LANES", fleet.DefaultDispatchLanes, "ours: single-event dependency dispatch connections (-1: none, as `worker run --dispatch-lanes 0`)")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
 	f.Duration(&cfg.Fleet.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "ours: deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (0: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
@@ -106,8 +108,8 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 		}
 		cfg.Reconcilers = append(cfg.Reconcilers, name)
 	}
-	if cfg.Due < 256 || cfg.DependencyEvents < 1 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
-		return badUsage("sizes out of range: --due ≥ 256, --dependency-events ≥ 1, --not-due-factor ≥ 0, --lateness-rate ≥ 10, durations > 0")
+	if cfg.Due < 256 || cfg.DependencyEvents < 1 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.PrimaryRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
+		return badUsage("sizes out of range: --due ≥ 256, --dependency-events ≥ 1, --not-due-factor ≥ 0, --lateness-rate ≥ 10, --primary-rate ≥ 10, durations > 0")
 	}
 	if dsn == "" {
 		dsn = dbconn.DefaultAdminURL

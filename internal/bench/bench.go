@@ -54,6 +54,9 @@ type Config struct {
 	PoolSizes      []int // connection counts for the per-row pool reference
 
 	LatenessRate int           // due rows per second in the lateness runs
+	// PrimaryRate is the completion events per second fed to the
+	// dependency section's primary dispatcher (default 1,000, issue 51's).
+	PrimaryRate int
 	LatenessFor  time.Duration // duration of each lateness run
 	// LatenessLeads: how long before its deadline each row of a lateness
 	// stream is inserted; every sweep stream runs once per lead (default
@@ -118,6 +121,7 @@ func Defaults() Config {
 		RetentionBacklog: 1_000_000,
 		PromoteFor:       10 * time.Second, PromoteConns: 8,
 		DependencyEvents: 5_000,
+		PrimaryRate:      1_000,
 		FinishedFlows:    100_000,
 		BacklogMembers:   20_000,
 	}
@@ -130,7 +134,7 @@ var SectionNames = []string{"throughput", "lateness", "promote", "failover", "id
 func Quick() Config {
 	c := Defaults()
 	c.Due, c.NotDueFactor, c.PoolSizes = 2_000, 2, []int{8}
-	c.DependencyEvents = 1_000
+	c.DependencyEvents, c.PrimaryRate = 1_000, 100
 	c.FinishedFlows = 5_000
 	c.BacklogMembers = 2_000
 	c.LatenessRate, c.LatenessFor, c.IdleFor = 100, 5*time.Second, 5*time.Second

@@ -37,7 +37,10 @@ type DependencyResult struct {
 	PrimaryP50, PrimaryP99 time.Duration
 	PrimaryMax             time.Duration
 	PrimaryStats           string
-	PrimaryServer          string // the server's settings the primary run ran with
+	// PrimaryStages splits the primary run's time per event by its
+	// dispatch job (primaryStagesSQL).
+	PrimaryStages []Stage
+	PrimaryServer string // the server's settings the primary run ran with
 	// PrimaryCPU is the primary run's CPU per event, feed to drain, the
 	// feed's inserts included (the bench pool).
 	PrimaryCPU CPUCost
@@ -440,7 +443,7 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 	if err := e.reset(ctx); err != nil {
 		return err
 	}
-	res.PrimaryRate = e.cfg.LatenessRate
+	res.PrimaryRate = e.cfg.PrimaryRate
 	if err := e.pool.QueryRow(ctx, `SELECT format('synchronous_commit %s, fsync %s, shared_buffers %s, max_connections %s',
 		current_setting('synchronous_commit'), current_setting('fsync'), current_setting('shared_buffers'),
 		current_setting('max_connections'))`).Scan(&res.PrimaryServer); err != nil {
@@ -448,6 +451,11 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 	}
 	fc := e.fleetConfig()
 	fc.Settings = workers.Values{workers.DependencyStaleThreshold: workers.Off}
+	// The dependency reconciler alone, as each lateness stream runs its
+	// own: with every reconciler on, flow_summary's tick every 15 s
+	// projects the ~15,000 flows the feed made meanwhile, and its burst
+	// held the dispatches back ~300 ms (docs/performance.md).
+	fc.Reconcilers = map[string]time.Duration{workers.Dependency.Name: workers.Dependency.Interval}
 	f, err := fleet.New(ctx, fc)
 	if err != nil {
 		return err
@@ -461,6 +469,9 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 		defer cancel()
 		_ = f.Stop(stopCtx)
 	}()
+	if err := e.warmFleet(ctx, f, workers.Dependency.Name); err != nil {
+		return err
+	}
 	time.Sleep(2 * time.Second) // the listener's LISTEN
 	e.progress("dependency: primary dispatch, %d events/s for %s", res.PrimaryRate, e.cfg.LatenessFor)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -493,10 +504,39 @@ func (e *env) dependencyPrimary(ctx context.Context, res *DependencyResult) erro
 		return time.Duration(lat[min(len(lat)-1, int(q*float64(len(lat))))] * float64(time.Millisecond))
 	}
 	res.PrimaryP50, res.PrimaryP99, res.PrimaryMax = ms(0.5), ms(0.99), ms(1)
+	if res.PrimaryStages, err = e.stagesOf(ctx, primaryStagesSQL); err != nil {
+		return err
+	}
 	res.PrimaryStats = statsLine(f.Workers.Stats().For(workers.Dependency.Name).Snapshot(), f.Waker)
 	e.progress("dependency: primary p50 %s, p99 %s, max %s", res.PrimaryP50, res.PrimaryP99, res.PrimaryMax)
 	return nil
 }
+
+// primaryStagesSQL splits each primary-dispatched event's commit →
+// dispatched time by the dispatch job that claimed it (the first job of the
+// event: a tick may enqueue another, which finds it claimed): commit →
+// enqueued (the notification, the listener's lookup and its insert), the
+// job's wait in the queue (created_at → attempted_at) and its wait for a
+// dispatch transaction (attempted_at → dispatched_at_ms, the time the
+// transaction that claims it starts: internal/coalesce's wait).
+const primaryStagesSQL = `
+WITH j AS (
+    SELECT DISTINCT ON (c.event_id) c.committed_at_ms, c.dispatched_at_ms,
+           extract(epoch FROM r.created_at) * 1000 AS created_ms, extract(epoch FROM r.attempted_at) * 1000 AS attempted_ms
+      FROM ff_completion_event c
+      JOIN river.river_job r ON r.kind = 'ff.dependency.dispatch'
+       AND (r.args->>'partition')::smallint = c.partition_key AND (r.args->>'event_id')::bigint = c.event_id
+     WHERE r.attempted_at IS NOT NULL AND c.dispatched_at_ms IS NOT NULL
+     ORDER BY c.event_id, r.id
+), s AS (
+    SELECT 'commit → enqueued' AS step, created_ms - committed_at_ms AS ms FROM j
+    UNION ALL SELECT 'queue wait', attempted_ms - created_ms FROM j
+    UNION ALL SELECT 'attempted → claimed', dispatched_at_ms - attempted_ms FROM j
+)
+SELECT 'ff.dependency.dispatch', step, count(*)::int,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)::float8,
+       percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)::float8
+  FROM s GROUP BY step ORDER BY min(CASE step WHEN 'commit → enqueued' THEN 1 WHEN 'queue wait' THEN 2 ELSE 3 END)`
 
 // seedDependencyFresh is seedDependency's shape, committed now, one edge
 // each, in one transaction.

@@ -120,6 +120,10 @@ func (e *env) runArgs(clientID string, takeover bool) []string {
 	}
 	add("row-workers", fc.RowWorkers)
 	add("work-conns", fc.WorkConns)
+	// fleet.Config's -1 (none) is the command line's 0.
+	if fc.DispatchLanes != 0 {
+		args = append(args, "--dispatch-lanes", strconv.Itoa(max(fc.DispatchLanes, 0)))
+	}
 	add("row-batch", fc.RowBatch)
 	add("row-statements", fc.RowStatements)
 	if fc.RowFetchCooldown != 0 {

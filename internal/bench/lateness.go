@@ -102,7 +102,13 @@ SELECT kind, step, count(*)::int,
   FROM s GROUP BY kind, step ORDER BY kind, step`
 
 func (e *env) stages(ctx context.Context, reconciler string) ([]Stage, error) {
-	rows, err := e.pool.Query(ctx, stagesSQL, reconciler)
+	return e.stagesOf(ctx, stagesSQL, reconciler)
+}
+
+// stagesOf reads Stages from a statement returning kind, step, jobs, p50
+// and p99 in milliseconds.
+func (e *env) stagesOf(ctx context.Context, sql string, args ...any) ([]Stage, error) {
+	rows, err := e.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("stages: %w", err)
 	}

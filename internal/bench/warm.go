@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/fleet"
+	"github.com/flowfabric/ffreconcile/jobs"
+	"github.com/flowfabric/ffreconcile/store"
 	"github.com/flowfabric/ffreconcile/workers"
 )
 
@@ -65,7 +67,8 @@ func eachConn(ctx context.Context, pool *pgxpool.Pool, n int, fn func(*pgxpool.C
 }
 
 // warmFleet warms every connection the fleet's reconcilers plan on: the
-// work pool's, and the tick pool's, which build the generic plans of every
+// work pool's, the dependency reconciler's dispatch lanes, and the tick
+// pool's, which build the generic plans of every
 // tick's queries (workers.Set.PlanTicks; planning them opens every partition
 // of the tables the ticks probe). A process keeps those plans from its first
 // ticks on, and they cost 90–180 ms each to build: without them the window of
@@ -81,7 +84,25 @@ func (e *env) warmFleet(ctx context.Context, f *fleet.Fleet, reconciler string) 
 	}); err != nil {
 		return fmt.Errorf("warm connections: %w", err)
 	}
-	e.progress("warmed the fleet's %d connections in %s", f.WorkPool.Config().MaxConns+f.TickPool.Config().MaxConns,
-		time.Since(start).Round(time.Millisecond))
+	n := int(f.WorkPool.Config().MaxConns + f.TickPool.Config().MaxConns)
+	if lanes := f.DispatchLanes; len(lanes) > 0 && reconciler == workers.Dependency.Name {
+		// Each lane plans its partitions' dispatch statements, as after
+		// its first event of each.
+		lv, err := store.LoadLeaves(ctx, f.WorkPool, store.DispatchTables...)
+		if err != nil {
+			return fmt.Errorf("warm connections: %w", err)
+		}
+		for i, lane := range lanes {
+			var parts []int16
+			for p := i; p < jobs.PartitionCount; p += len(lanes) {
+				parts = append(parts, int16(p))
+			}
+			if err := store.WarmDispatchOnLeaves(ctx, lane, lv, parts, f.Config.Filter); err != nil {
+				return fmt.Errorf("warm connections: %w", err)
+			}
+		}
+		n += len(lanes)
+	}
+	e.progress("warmed the fleet's %d connections in %s", n, time.Since(start).Round(time.Millisecond))
 	return nil
 }
