@@ -114,4 +114,3 @@ func (l *Leaves) sql(statement string, partition int16) string {
 	l.rewritten.Store(k, s)
 	return s
 }
-

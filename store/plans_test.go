@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/flowfabric/ffreconcile/internal/testdb"
 )
@@ -296,17 +297,8 @@ func TestRowStatementsReadByKey(t *testing.T) {
 			statement{name: tt.name, sql: tt.sql, args: append(tt.args, Filter{}.args()...)},
 			statement{name: tt.name + "/Filtered", sql: tt.sql, args: append(slices.Clip(tt.args), Filter{Namespace: "ns", TagKey: "k", TagValue: "v"}.args()...)})
 	}
-	conn, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
 	// The work pool's settings (internal/fleet).
-	for _, set := range []string{`SET plan_cache_mode = force_custom_plan`, `SET enable_seqscan = off`} {
-		if _, err := conn.Exec(ctx, set); err != nil {
-			t.Fatal(err)
-		}
-	}
+	conn := sessionConn(t, db.Pool, "force_custom_plan")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			// EXPLAIN ANALYZE runs the statement: in a transaction rolled
@@ -338,16 +330,8 @@ func TestRowStatementsReadByKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lane, err := db.Pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lane.Release()
-	for _, set := range []string{`SET plan_cache_mode = force_generic_plan`, `SET enable_seqscan = off`} {
-		if _, err := lane.Exec(ctx, set); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// A dispatch lane's settings (internal/fleet).
+	lane := sessionConn(t, db.Pool, "force_generic_plan")
 	hop := []any{int16(dp), depFlows[0], depDowns[0], int32(1), int32(0), int32(0), int32(0)}
 	for _, tt := range []statement{
 		{name: "ClaimCompletion", sql: fmt.Sprintf(claimSQL, ""), args: []any{int16(dp), events[:1], now}},
@@ -393,6 +377,25 @@ func TestRowStatementsReadByKey(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sessionConn acquires a connection of pool for the rest of the test and
+// gives it a fleet pool's session settings: planCacheMode, enable_seqscan
+// off.
+func sessionConn(t *testing.T, pool *pgxpool.Pool, planCacheMode string) *pgxpool.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	for _, set := range []string{`SET plan_cache_mode = ` + planCacheMode, `SET enable_seqscan = off`} {
+		if _, err := conn.Exec(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return conn
 }
 
 // sqlLiteral writes a statement argument as an untyped SQL literal.

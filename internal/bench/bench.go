@@ -53,11 +53,11 @@ type Config struct {
 	NotDueFactor   int   // not-due rows per due row (default 10)
 	PoolSizes      []int // connection counts for the per-row pool reference
 
-	LatenessRate int           // due rows per second in the lateness runs
+	LatenessRate int // due rows per second in the lateness runs
 	// PrimaryRate is the completion events per second fed to the
 	// dependency section's primary dispatcher (default 1,000, issue 51's).
 	PrimaryRate int
-	LatenessFor  time.Duration // duration of each lateness run
+	LatenessFor time.Duration // duration of each lateness run
 	// LatenessLeads: how long before its deadline each row of a lateness
 	// stream is inserted; every sweep stream runs once per lead (default
 	// 1 s, a row that appears after the tick before its deadline and is
