@@ -45,7 +45,7 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	f.Int(&cfg.FinishedFlows, "finished-flows", "FF_BENCH_FINISHED_FLOWS", cfg.FinishedFlows, "finished flows (three members each) the flows section projects")
 	f.Int(&cfg.Fleet.RowWorkers, "row-workers", "FF_ROW_WORKERS", fleet.DefaultRowWorkers, "ours: row actions run at once")
 	f.Int(&cfg.Fleet.WorkConns, "work-conns", "FF_WORK_CONNS", fleet.DefaultWorkConns, "ours: work-pool connections")
-	f.Int(&cfg.Fleet.DispatchLanes, "dispatch-lanes", "FF_DISPATCH_LANES", fleet.DefaultDispatchLanes, "ours: single-event dependency dispatch connections (-1: none, as `worker run --dispatch-lanes 0`)")
+	f.Int(&cfg.Fleet.DispatchLanes, "dispatch-lanes", "FF_DISPATCH_LANES", fleet.DefaultDispatchLanes, "ours: single-event dependency dispatch connections (0: none, as `worker run --dispatch-lanes 0`)")
 	f.Duration(&cfg.Fleet.RowFetchCooldown, "row-fetch-cooldown", "FF_ROW_FETCH_COOLDOWN", fleet.DefaultRowFetchCooldown, "ours: least time between two fetches of row jobs")
 	f.Duration(&cfg.Fleet.Lookahead, "lookahead", "FF_LOOKAHEAD", fleet.DefaultLookahead, "ours: deadline reconcilers enqueue rows falling due before their next tick plus this at once, to start at the deadline (0: off)")
 	f.Int(&cfg.Fleet.RowBatch, "row-batch", "FF_ROW_BATCH", workers.DefaultRowBatch, "ours: most row actions of one partition sharing one statement")
@@ -110,6 +110,12 @@ func benchCommand(ctx context.Context, args []string, stdout, _ io.Writer, logge
 	}
 	if cfg.Due < 256 || cfg.DependencyEvents < 1 || cfg.NotDueFactor < 0 || cfg.LatenessRate < 10 || cfg.PrimaryRate < 10 || cfg.LatenessFor <= 0 || cfg.IdleFor <= 0 {
 		return badUsage("sizes out of range: --due ≥ 256, --dependency-events ≥ 1, --not-due-factor ≥ 0, --lateness-rate ≥ 10, --primary-rate ≥ 10, durations > 0")
+	}
+	switch {
+	case cfg.Fleet.DispatchLanes < 0:
+		return badUsage("--dispatch-lanes %d: must not be negative (0 turns the lanes off)", cfg.Fleet.DispatchLanes)
+	case cfg.Fleet.DispatchLanes == 0:
+		cfg.Fleet.DispatchLanes = -1 // fleet.Config's none; its 0 is the default
 	}
 	if dsn == "" {
 		dsn = dbconn.DefaultAdminURL

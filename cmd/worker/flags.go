@@ -235,10 +235,19 @@ func (b *boolValue) IsBoolFlag() bool { return true }
 // is zero, the program's default).
 type positiveInt int
 
-func (i *positiveInt) Set(v string) error {
+// parseCount reads a whole number given on the command line.
+func parseCount(v string) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil {
-		return fmt.Errorf("%q is not a whole number", v)
+		return 0, fmt.Errorf("%q is not a whole number", v)
+	}
+	return n, nil
+}
+
+func (i *positiveInt) Set(v string) error {
+	n, err := parseCount(v)
+	if err != nil {
+		return err
 	}
 	if n < 1 {
 		return errors.New("must be at least 1 (leave the flag out for its default)")
@@ -253,16 +262,14 @@ func (i *positiveInt) String() string {
 	return strconv.Itoa(int(*i))
 }
 
-// cliDuration is a duration given on the command line: positive, or 0 to
-// turn off a setting that can be off (workers.Off).
 // offInt is a count that can be off: 0 on the command line is the
 // config's -1 (off), as a duration's 0 is workers.Off.
 type offInt struct{ p *int }
 
 func (i *offInt) Set(v string) error {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
+	n, err := parseCount(v)
 	if err != nil {
-		return fmt.Errorf("%q is not a whole number", v)
+		return err
 	}
 	if n < 0 {
 		return errors.New("must not be negative (0 turns it off)")
@@ -280,6 +287,8 @@ func (i *offInt) String() string {
 	return strconv.Itoa(max(*i.p, 0))
 }
 
+// cliDuration is a duration given on the command line: positive, or 0 to
+// turn off a setting that can be off (workers.Off).
 type cliDuration struct {
 	set      func(time.Duration)
 	canBeOff bool
